@@ -145,7 +145,71 @@ type conn = {
   mutable gone : bool;
   mutable closed : bool;
   mutable timer : Loop.timer option;
+  mutable writers : writer list;  (** its start's output, to its descriptors *)
 }
+
+(* A caller's output descriptor, written without holding up the agent's loop (the other starts,
+   the RPC): at most [out_chunk] bytes at a time, once [select] says the descriptor takes them (a
+   pipe then takes them whole), else again 5 ms later. Each piece's continuation is called once it
+   is written: the program's circuit is read again only then, so a caller that does not take its
+   output holds up its own program only. A descriptor that fails (its reader gone), or whose
+   caller is gone, takes nothing more: what was left is dropped. *)
+and writer = {
+  wloop : Loop.t;
+  wfd : Unix.file_descr;
+  pending : (string * int ref * (unit -> unit)) Queue.t;
+  mutable flushing : bool;
+  mutable broken : bool;
+  mutable drained : (unit -> unit) list;
+}
+
+let out_chunk = 4096
+
+let writer wloop wfd =
+  { wloop; wfd; pending = Queue.create (); flushing = false; broken = false; drained = [] }
+
+let writable fd =
+  match Unix.select [] [ fd ] [] 0. with
+  | _, [], _ -> false
+  | _ -> true
+  | exception Unix.Unix_error (Unix.EINTR, _, _) -> false
+  | exception Unix.Unix_error _ -> true (* the write says what is wrong *)
+
+let rec flush w =
+  match Queue.peek_opt w.pending with
+  | None ->
+      w.flushing <- false;
+      let ks = w.drained in
+      w.drained <- [];
+      List.iter (fun k -> k ()) ks
+  | Some (s, off, k) -> (
+      let later () = ignore (Loop.after w.wloop (Time.of_ms 5) (fun () -> flush w)) in
+      let len = String.length s in
+      if w.broken || !off >= len then begin
+        ignore (Queue.pop w.pending);
+        k ();
+        flush w
+      end
+      else if not (writable w.wfd) then later ()
+      else
+        match Unix.write_substring w.wfd s !off (min out_chunk (len - !off)) with
+        | n ->
+            off := !off + n;
+            flush w
+        | exception Unix.Unix_error ((Unix.EINTR | Unix.EAGAIN), _, _) -> later ()
+        | exception Unix.Unix_error _ ->
+            w.broken <- true;
+            flush w)
+
+let write w s k =
+  Queue.push (s, ref 0, k) w.pending;
+  if not w.flushing then begin
+    w.flushing <- true;
+    flush w
+  end
+
+(* [k] once everything given to [w] so far is written (or dropped). *)
+let when_drained w k = if w.flushing then w.drained <- k :: w.drained else k ()
 
 type stats = { mutable served : int; mutable foreign : int; mutable bad : int; mutable busy : int }
 
@@ -289,7 +353,7 @@ let runnable ~locate ~multicast r =
    session with the server carries one transaction at a time. *)
 type slot = { node : R.node; control : R.node; circuits : Consort_capproc.Proc_client.circuits }
 
-let host { node; control; circuits } c (fd0, fd1, fd2) r =
+let host { node; control; circuits } c (fd0, w1, w2) r =
   {
     X.getenv = (function "HOME" -> r.home | "CONSORT_ROOT" -> r.consort_root | _ -> None);
     root_file =
@@ -297,9 +361,10 @@ let host { node; control; circuits } c (fd0, fd1, fd2) r =
         match r.home with
         | Some h when f = Filename.concat h ".consort/root" -> r.root_file
         | _ -> None);
-    say = (fun s -> write_all fd2 ("consort: " ^ s ^ "\n"));
-    stdout = Some (write_all fd1);
-    stderr = Some (write_all fd2);
+    say = (fun s -> write w2 ("consort: " ^ s ^ "\n") ignore);
+    stdout = Some (fun s -> write w1 s ignore);
+    stderr = Some (fun s -> write w2 s ignore);
+    output = Some (write w1, write w2);
     stdin = fd0;
     with_stdin = (fun k -> k ());
     interrupt =
@@ -455,6 +520,8 @@ let serve ?(max_running = default_max_running) ~socket ~locate () =
                 if c.req = None then close c
                 else begin
                   c.gone <- true;
+                  (* Its output has nobody to go to. *)
+                  List.iter (fun w -> w.broken <- true) c.writers;
                   Loop.unwatch loop c.fd
                 end
               in
@@ -487,6 +554,7 @@ let serve ?(max_running = default_max_running) ~socket ~locate () =
                             gone = false;
                             closed = false;
                             timer = None;
+                            writers = [];
                           }
                         in
                         c.timer <-
@@ -546,17 +614,23 @@ let serve ?(max_running = default_max_running) ~socket ~locate () =
                         | Ok sl -> (
                             incr running;
                             let finished = ref false in
+                            let w1 = writer loop fd1 and w2 = writer loop fd2 in
+                            c.writers <- [ w1; w2 ];
                             let done_ code =
                               if not !finished then begin
                                 finished := true;
-                                decr running;
                                 (* Back first in line: the slots used most stay warm. *)
                                 free := sl :: !free;
                                 st.served <- st.served + 1;
-                                reply c (Printf.sprintf "X%d\n" code)
+                                (* The answer once the output and the messages are out: it
+                                   ends the caller. *)
+                                when_drained w1 (fun () ->
+                                    when_drained w2 (fun () ->
+                                        decr running;
+                                        reply c (Printf.sprintf "X%d\n" code)))
                               end
                             in
-                            try X.start (host sl c (fd0, fd1, fd2) r) req done_
+                            try X.start (host sl c (fd0, w1, w2) r) req done_
                             with e ->
                               say "internal error: %s" (Printexc.to_string e);
                               write_all fd2

@@ -35,6 +35,7 @@ type host = {
   say : string -> unit;
   stdout : (string -> unit) option;
   stderr : (string -> unit) option;
+  output : ((string -> (unit -> unit) -> unit) * (string -> (unit -> unit) -> unit)) option;
   stdin : Unix.file_descr;
   with_stdin : (unit -> int) -> int;
   interrupt : unit -> unit -> bool;
@@ -69,6 +70,7 @@ let own_host =
     say = (fun s -> Fmt.epr "consort: %s@." s);
     stdout = None;
     stderr = None;
+    output = None;
     stdin = Unix.stdin;
     with_stdin = Consort_cli.with_stdin ~instead:"-n" "cap exec";
     interrupt =
@@ -308,7 +310,7 @@ let start host req k =
         (fun node ?control ?circuits ~server ~program ~args ~caps ~limits ?stdin ?stdout ?stderr
              ~interrupt ~hangup ~started k ->
           Proc_client.start node ?control ?circuits ~server ~program ~args ~caps ~limits ?stdin
-            ?stdout ?stderr ~interrupt ~hangup ~started k)
+            ?stdout ?stderr ?output:host.output ~interrupt ~hangup ~started k)
         k
 
 (* The command line. *)

@@ -42,6 +42,9 @@ type host = {
   say : string -> unit;  (** One line on standard error, after [consort: ]. *)
   stdout : (string -> unit) option;  (** The program's output (default: this process's). *)
   stderr : (string -> unit) option;
+  output : ((string -> (unit -> unit) -> unit) * (string -> (unit -> unit) -> unit)) option;
+      (** {!start} only, instead of [stdout] and [stderr]: writers that call their continuation once
+          the bytes are written (the program's circuit is read again only then). *)
   stdin : Unix.file_descr;  (** The program's input, unless [-n]. *)
   with_stdin : (unit -> int) -> int;  (** Refuses when standard input is closed. *)
   interrupt : unit -> unit -> bool;

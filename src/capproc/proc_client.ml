@@ -105,8 +105,8 @@ let open_circuits node kept =
 
 let start node ?control ?circuits ~server ~program ?(args = []) ?(caps = [])
     ?(limits = Pd.no_limits) ?(hints = []) ?stdin ?(stdout = write_all Unix.stdout)
-    ?(stderr = write_all Unix.stderr) ?(interrupt = fun () -> false) ?(hangup = fun () -> false)
-    ?(started = ignore) k =
+    ?(stderr = write_all Unix.stderr) ?output ?(interrupt = fun () -> false)
+    ?(hangup = fun () -> false) ?(started = ignore) k =
   let loop = R.transport node in
   let host, c1, c2, hang_up, close_host = open_circuits node circuits in
   let now () = Loop.now loop in
@@ -116,18 +116,29 @@ let start node ?control ?circuits ~server ~program ?(args = []) ?(caps = [])
   (* Output: read each circuit to its end. *)
   let out_done = ref 0 in
   let on_out_done = ref ignore in
+  (* The next read once the last bytes were written: a caller slow to take its output holds up
+     its own circuits only. *)
   let rec pump e out =
     E.read e (function
-      | `Data d ->
-          out d;
-          pump e out
+      | `Data d -> out d (fun () -> pump e out)
       | `Intr -> pump e out
       | `Eof | `Hangup _ ->
           incr out_done;
           !on_out_done ())
   in
-  pump a1 stdout;
-  pump a2 stderr;
+  let out1, out2 =
+    match output with
+    | Some (o1, o2) -> (o1, o2)
+    | None ->
+        ( (fun d k ->
+            stdout d;
+            k ()),
+          fun d k ->
+            stderr d;
+            k () )
+  in
+  pump a1 out1;
+  pump a2 out2;
   (* Input. *)
   let watched = ref None in
   let stop_input () =

@@ -67,6 +67,7 @@ val start :
   ?stdin:Unix.file_descr ->
   ?stdout:(string -> unit) ->
   ?stderr:(string -> unit) ->
+  ?output:(string -> (unit -> unit) -> unit) * (string -> (unit -> unit) -> unit) ->
   ?interrupt:(unit -> bool) ->
   ?hangup:(unit -> bool) ->
   ?started:(Cap.t -> unit) ->
@@ -76,4 +77,6 @@ val start :
     [exec] would return (or at once, when nothing could be sent). Several starts run at once on one
     loop, each on a node of its own (a node's session with the server carries one transaction at a
     time: a start's held [ps_wait] would hold up another's [ps_exec]), each with its [circuits] made
-    on its own node. *)
+    on its own node. [output] (instead of [stdout] and [stderr]): writers that call their
+    continuation once the bytes are written; a circuit is read again only then, so a caller slow to
+    take its output holds up its own program only. *)

@@ -763,10 +763,54 @@ let test_agent_concurrent () =
     "their own lines"
     (lines "e" 40, lines "f" 40)
     (read_file (w.dir / "e.out"), read_file (w.dir / "f.out"));
-  (* a, b, c, d, e, f served; the third start not run here. *)
+  (* A caller that does not read its output (a pipe nobody reads, 3,000 lines of 58 bytes: more
+     than the pipe holds) holds up its own program only: another start runs meanwhile; then the
+     pipe is read, and every line comes, in order. *)
+  let r, wr = Unix.pipe ~cloexec:true () in
+  let big =
+    let e =
+      Unix.openfile (w.dir / "big.err")
+        [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ]
+        0o644
+    in
+    let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+    let pid =
+      Unix.create_process_env consort_exec
+        [| "consort-exec"; "-n"; "--show-cap"; w.ps.cap; w.prog; "big"; "3000" |]
+        (Array.concat [ Array.of_list (base_env @ through); Unix.environment () ])
+        i wr e
+    in
+    List.iter Unix.close [ i; wr; e ];
+    pid
+  in
+  eventually "the program that writes runs" (fun () -> running "big");
+  let code, out, err = run_small ~env:through [ "-n"; w.ps.cap; w.prog; "echo"; "3" ] in
+  Alcotest.(check (triple int bool string))
+    "a start while another caller does not read its output" (3, true, "bye\n")
+    (code, contains out "caps: stdout,stderr\n", err);
+  let got =
+    let b = Buffer.create 200_000 and chunk = Bytes.create 65536 in
+    let rec go () =
+      match Unix.read r chunk 0 65536 with
+      | 0 -> ()
+      | n ->
+          Buffer.add_subbytes b chunk 0 n;
+          go ()
+    in
+    go ();
+    Unix.close r;
+    Buffer.contents b
+  in
+  Alcotest.(check int) "the caller that read late: exit 0" 0 (wait_code big);
+  Alcotest.(check string)
+    "its 3,000 lines, in order"
+    (String.concat ""
+       (List.init 3000 (fun i -> Printf.sprintf "line %d %s\n" (i + 1) (String.make 50 'x'))))
+    got;
+  (* a, b, c, d, e, f, big and the start meanwhile served; the third start not run here. *)
   Alcotest.(check string)
     "the agent's counts"
-    "consort: agent: stopped: 6 served, 0 refused for their uid, 0 bad, 1 not run here"
+    "consort: agent: stopped: 8 served, 0 refused for their uid, 0 bad, 1 not run here"
     (stop_agent w pid);
   Alcotest.(check bool)
     ("two starts ran at once: " ^ read_file (agent_log w))
