@@ -4,6 +4,7 @@
 
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/types.h>
@@ -123,4 +124,24 @@ value consort_agent_send(value fd, value s, value fds)
   n = sendmsg(Int_val(fd), &mh, MSG_NOSIGNAL);
   if (n < 0) uerror("sendmsg", Nothing);
   CAMLreturn(Val_long(n));
+}
+
+/* The listening socket systemd passed (socket activation: LISTEN_FDS, the first descriptor, 3):
+   checked to be a Unix stream socket that listens, made close-on-exec. Raises Unix_error
+   otherwise (ENOTSOCK, EINVAL). */
+value consort_agent_inherited(value fd)
+{
+  int d = Int_val(fd), v;
+  socklen_t len = sizeof v;
+  if (getsockopt(d, SOL_SOCKET, SO_DOMAIN, &v, &len) != 0) uerror("getsockopt SO_DOMAIN", Nothing);
+  if (v != AF_UNIX) unix_error(EINVAL, "not a Unix socket", Nothing);
+  len = sizeof v;
+  if (getsockopt(d, SOL_SOCKET, SO_TYPE, &v, &len) != 0) uerror("getsockopt SO_TYPE", Nothing);
+  if (v != SOCK_STREAM) unix_error(EINVAL, "not a stream socket", Nothing);
+  len = sizeof v;
+  if (getsockopt(d, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) != 0)
+    uerror("getsockopt SO_ACCEPTCONN", Nothing);
+  if (!v) unix_error(EINVAL, "not listening", Nothing);
+  if (fcntl(d, F_SETFD, FD_CLOEXEC) != 0) uerror("fcntl", Nothing);
+  return fd;
 }

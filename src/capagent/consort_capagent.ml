@@ -21,6 +21,7 @@ let magic = "CXA1"
 let max_body = 65536
 let max_args = 1024
 let max_clients = 16
+let default_max_running = 8
 let request_timeout = Time.of_sec 10.
 
 type request = {
@@ -144,7 +145,71 @@ type conn = {
   mutable gone : bool;
   mutable closed : bool;
   mutable timer : Loop.timer option;
+  mutable writers : writer list;  (** its start's output, to its descriptors *)
 }
+
+(* A caller's output descriptor, written without holding up the agent's loop (the other starts,
+   the RPC): at most [out_chunk] bytes at a time, once [select] says the descriptor takes them (a
+   pipe then takes them whole), else again 5 ms later. Each piece's continuation is called once it
+   is written: the program's circuit is read again only then, so a caller that does not take its
+   output holds up its own program only. A descriptor that fails (its reader gone), or whose
+   caller is gone, takes nothing more: what was left is dropped. *)
+and writer = {
+  wloop : Loop.t;
+  wfd : Unix.file_descr;
+  pending : (string * int ref * (unit -> unit)) Queue.t;
+  mutable flushing : bool;
+  mutable broken : bool;
+  mutable drained : (unit -> unit) list;
+}
+
+let out_chunk = 4096
+
+let writer wloop wfd =
+  { wloop; wfd; pending = Queue.create (); flushing = false; broken = false; drained = [] }
+
+let writable fd =
+  match Unix.select [] [ fd ] [] 0. with
+  | _, [], _ -> false
+  | _ -> true
+  | exception Unix.Unix_error (Unix.EINTR, _, _) -> false
+  | exception Unix.Unix_error _ -> true (* the write says what is wrong *)
+
+let rec flush w =
+  match Queue.peek_opt w.pending with
+  | None ->
+      w.flushing <- false;
+      let ks = w.drained in
+      w.drained <- [];
+      List.iter (fun k -> k ()) ks
+  | Some (s, off, k) -> (
+      let later () = ignore (Loop.after w.wloop (Time.of_ms 5) (fun () -> flush w)) in
+      let len = String.length s in
+      if w.broken || !off >= len then begin
+        ignore (Queue.pop w.pending);
+        k ();
+        flush w
+      end
+      else if not (writable w.wfd) then later ()
+      else
+        match Unix.write_substring w.wfd s !off (min out_chunk (len - !off)) with
+        | n ->
+            off := !off + n;
+            flush w
+        | exception Unix.Unix_error ((Unix.EINTR | Unix.EAGAIN), _, _) -> later ()
+        | exception Unix.Unix_error _ ->
+            w.broken <- true;
+            flush w)
+
+let write w s k =
+  Queue.push (s, ref 0, k) w.pending;
+  if not w.flushing then begin
+    w.flushing <- true;
+    flush w
+  end
+
+(* [k] once everything given to [w] so far is written (or dropped). *)
+let when_drained w k = if w.flushing then w.drained <- k :: w.drained else k ()
 
 type stats = { mutable served : int; mutable foreign : int; mutable bad : int; mutable busy : int }
 
@@ -220,6 +285,50 @@ let listen ~make path =
                 Unix.close s;
                 fail "%s: %s" f (Unix.error_message e)))
 
+external inherited : int -> Unix.file_descr = "consort_agent_inherited"
+
+(* Socket activation: the listening socket systemd passed (LISTEN_PID is this process, LISTEN_FDS
+   one socket, descriptor 3). Its path is its own address; [--socket], if given, must name it. The
+   same checks as for a socket of the agent's own (the directory this user's and closed to others,
+   the socket 0600), and the socket is left to systemd at the end. *)
+let systemd_socket ~getenv socket =
+  match (getenv "LISTEN_PID", getenv "LISTEN_FDS") with
+  | Some pid, Some n when int_of_string_opt (String.trim pid) = Some (Unix.getpid ()) -> (
+      if int_of_string_opt (String.trim n) <> Some 1 then
+        Some (fail "LISTEN_FDS=%s: systemd passed other than one socket" n)
+      else
+        match inherited 3 with
+        | exception Unix.Unix_error (e, _, what) ->
+            Some
+              (fail "the descriptor systemd passed (3): %s"
+                 (if what = "" then Unix.error_message e else what))
+        | s -> (
+            match Unix.getsockname s with
+            | Unix.ADDR_UNIX path when path <> "" && path.[0] = '/' -> (
+                match socket with
+                | Some p when p <> path ->
+                    Some (fail "--socket %s: systemd passed the socket %s" p path)
+                | _ -> (
+                    let me = Unix.geteuid () in
+                    match check_dir ~make:false (Filename.dirname path) with
+                    | exception Bad m -> Some (fail "%s" m)
+                    | Error m -> Some (fail "%s" m)
+                    | Ok () -> (
+                        match Unix.lstat path with
+                        | { Unix.st_kind = Unix.S_SOCK; st_uid; st_perm; st_ino; _ }
+                          when st_uid = me && st_perm land 0o077 = 0 ->
+                            Unix.set_nonblock s;
+                            Some (Ok (path, s, st_ino))
+                        | { Unix.st_kind = Unix.S_SOCK; _ } ->
+                            Some
+                              (fail "%s: not this user's or open to others (SocketMode=0600)" path)
+                        | _ -> Some (fail "%s: not the socket systemd passed" path)
+                        | exception Unix.Unix_error (e, _, _) ->
+                            Some (fail "%s: %s" path (Unix.error_message e)))))
+            | _ | (exception Unix.Unix_error _) ->
+                Some (fail "the socket systemd passed has no path (ListenStream=PATH)")))
+  | _ -> None
+
 let default_logs = ((Some Logs.Warning, []), Consort_cli.Text)
 
 (* The request as consort-exec's command line, if the agent runs it as the client would: the
@@ -238,7 +347,13 @@ let runnable ~locate ~multicast r =
       else None
   | Ok (`Ok (Some _, _, _) | `Help | `Version) | Error _ -> None
 
-let host ~node ~control ~circuits c (fd0, fd1, fd2) r =
+(* A start's nodes, kept from one start to the next: the first carries its ps_exec and ps_wait and
+   serves its circuits (the server locates them at the address its ps_exec came from), the second
+   its SIGINT and SIGHUP requests. Starts that run at once each have a slot of their own: a node's
+   session with the server carries one transaction at a time. *)
+type slot = { node : R.node; control : R.node; circuits : Consort_capproc.Proc_client.circuits }
+
+let host { node; control; circuits } c (fd0, w1, w2) r =
   {
     X.getenv = (function "HOME" -> r.home | "CONSORT_ROOT" -> r.consort_root | _ -> None);
     root_file =
@@ -246,9 +361,10 @@ let host ~node ~control ~circuits c (fd0, fd1, fd2) r =
         match r.home with
         | Some h when f = Filename.concat h ".consort/root" -> r.root_file
         | _ -> None);
-    say = (fun s -> write_all fd2 ("consort: " ^ s ^ "\n"));
-    stdout = Some (write_all fd1);
-    stderr = Some (write_all fd2);
+    say = (fun s -> write w2 ("consort: " ^ s ^ "\n") ignore);
+    stdout = Some (fun s -> write w1 s ignore);
+    stderr = Some (fun s -> write w2 s ignore);
+    output = Some (write w1, write w2);
     stdin = fd0;
     with_stdin = (fun k -> k ());
     interrupt =
@@ -265,17 +381,26 @@ let host ~node ~control ~circuits c (fd0, fd1, fd2) r =
     circuits = Some circuits;
   }
 
-let serve ~socket ~locate =
+let serve ?(max_running = default_max_running) ~socket ~locate () =
   let getenv = Sys.getenv_opt in
-  let path = match socket with Some p -> Ok p | None -> default_socket ~getenv in
-  match path with
+  let listened =
+    match systemd_socket ~getenv socket with
+    | Some (Ok (path, s, ino)) -> Ok (path, Ok (s, ino), true)
+    | Some (Error m) -> Error m
+    | None -> (
+        let path = match socket with Some p -> Ok p | None -> default_socket ~getenv in
+        match path with
+        | Error m -> Error m
+        | Ok path -> Ok (path, listen ~make:(socket = None) path, false))
+  in
+  match listened with
   | Error m -> X.refused "agent: %s" m
-  | Ok path -> (
-      match listen ~make:(socket = None) path with
+  | Ok (path, listened, from_systemd) -> (
+      match listened with
       | Error m -> X.refused "agent: %s: %s" path m
       | Ok (lsock, ino) -> (
           let loop = Loop.create () in
-          let opened =
+          let open_slot () =
             match R.open_node ~config:!X.rpc_config ?locate loop with
             | Error m -> Error m
             | Ok node -> (
@@ -283,33 +408,44 @@ let serve ~socket ~locate =
                 | Error m ->
                     R.close node;
                     Error m
-                | Ok control -> Ok (node, control))
+                | Ok control ->
+                    Ok { node; control; circuits = Consort_capproc.Proc_client.circuits node })
           in
+          let close_slot sl =
+            Consort_capproc.Proc_client.close_circuits sl.circuits;
+            R.close sl.control;
+            R.close sl.node
+          in
+          let opened = open_slot () in
           let remove () =
-            match Unix.lstat path with
-            | { Unix.st_ino; _ } when st_ino = ino -> ( try Unix.unlink path with _ -> ())
-            | _ | (exception Unix.Unix_error _) -> ()
+            (* systemd's socket is systemd's: it listens on it again for the next start. *)
+            if not from_systemd then
+              match Unix.lstat path with
+              | { Unix.st_ino; _ } when st_ino = ino -> ( try Unix.unlink path with _ -> ())
+              | _ | (exception Unix.Unix_error _) -> ()
           in
           match opened with
           | Error m ->
               remove ();
               X.refused "agent: %s" m
-          | Ok (node, control) ->
-              let circuits = Consort_capproc.Proc_client.circuits node in
+          | Ok first ->
+              (* The slots made so far; the free ones, the first made first used. *)
+              let slots = ref [ first ] in
+              let free = ref [ first ] in
               let locate = match locate with Some l -> Some l | None -> getenv "CONSORT_LOCATE" in
               let multicast = getenv "CONSORT_MULTICAST" in
               let me = Unix.geteuid () in
               let st = { served = 0; foreign = 0; bad = 0; busy = 0 } in
               let conns = ref 0 in
               let pending = Queue.create () in
-              let running = ref false in
+              let running = ref 0 in
               let stopping = ref false in
               Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
               let on_stop =
                 Sys.Signal_handle
                   (fun _ ->
                     stopping := true;
-                    if not !running then Loop.stop loop)
+                    if !running = 0 then Loop.stop loop)
               in
               Sys.set_signal Sys.sigterm on_stop;
               Sys.set_signal Sys.sigint on_stop;
@@ -372,7 +508,8 @@ let serve ~socket ~locate =
                                     Option.iter Loop.cancel c.timer;
                                     c.timer <- None;
                                     c.req <- Some r;
-                                    if !running || not (Queue.is_empty pending) then begin
+                                    if !stopping || !running + Queue.length pending >= max_running
+                                    then begin
                                       st.busy <- st.busy + 1;
                                       reply c "F\n"
                                     end
@@ -383,6 +520,8 @@ let serve ~socket ~locate =
                 if c.req = None then close c
                 else begin
                   c.gone <- true;
+                  (* Its output has nobody to go to. *)
+                  List.iter (fun w -> w.broken <- true) c.writers;
                   Loop.unwatch loop c.fd
                 end
               in
@@ -415,6 +554,7 @@ let serve ~socket ~locate =
                             gone = false;
                             closed = false;
                             timer = None;
+                            writers = [];
                           }
                         in
                         c.timer <-
@@ -434,50 +574,89 @@ let serve ~socket ~locate =
                 | _ | (exception Unix.Unix_error _) ->
                     say "%s is gone: stopping" path;
                     stopping := true;
-                    if not !running then Loop.stop loop
+                    if !running = 0 then Loop.stop loop
               in
               ignore (Loop.after loop (Time.of_sec 5.) check_socket);
-              say "serving uid %d on %s" me path;
-              let run_one c =
+              say "serving uid %d on %s%s" me path
+                (if from_systemd then " (the socket systemd passed)" else "");
+              (* A start: its command checked and its paths resolved here (waiting for the
+                 directory's answers: never from inside a callback), its program started on a
+                 free slot; its end answered from the loop. *)
+              let launch c =
                 match (c.req, c.fds) with
                 | Some _, _ when c.gone -> close c
+                | Some _, _ when !stopping ->
+                    st.busy <- st.busy + 1;
+                    reply c "F\n"
                 | Some r, [ fd0; fd1; fd2 ] -> (
                     match runnable ~locate ~multicast r with
                     | None ->
                         st.busy <- st.busy + 1;
                         reply c "F\n"
-                    | Some req ->
-                        let code =
-                          try X.run (host ~node ~control ~circuits c (fd0, fd1, fd2) r) req
-                          with e ->
-                            say "internal error: %s" (Printexc.to_string e);
-                            write_all fd2
-                              ("consort: internal error: "
-                              ^ Consort_cli.one_line (Printexc.to_string e)
-                              ^ "\n");
-                            125
+                    | Some req -> (
+                        let slot =
+                          match !free with
+                          | sl :: rest ->
+                              free := rest;
+                              Ok sl
+                          | [] -> (
+                              match open_slot () with
+                              | Ok sl ->
+                                  slots := !slots @ [ sl ];
+                                  Ok sl
+                              | Error m -> Error m)
                         in
-                        st.served <- st.served + 1;
-                        reply c (Printf.sprintf "X%d\n" code))
+                        match slot with
+                        | Error m ->
+                            write_all fd2 ("consort: " ^ Consort_cli.one_line m ^ "\n");
+                            st.served <- st.served + 1;
+                            reply c "X2\n"
+                        | Ok sl -> (
+                            incr running;
+                            let finished = ref false in
+                            let w1 = writer loop fd1 and w2 = writer loop fd2 in
+                            c.writers <- [ w1; w2 ];
+                            let done_ code =
+                              if not !finished then begin
+                                finished := true;
+                                (* Back first in line: the slots used most stay warm. *)
+                                free := sl :: !free;
+                                st.served <- st.served + 1;
+                                (* The answer once the output and the messages are out: it
+                                   ends the caller. *)
+                                when_drained w1 (fun () ->
+                                    when_drained w2 (fun () ->
+                                        decr running;
+                                        reply c (Printf.sprintf "X%d\n" code)))
+                              end
+                            in
+                            try X.start (host sl c (fd0, w1, w2) r) req done_
+                            with e ->
+                              say "internal error: %s" (Printexc.to_string e);
+                              write_all fd2
+                                ("consort: internal error: "
+                                ^ Consort_cli.one_line (Printexc.to_string e)
+                                ^ "\n");
+                              done_ 125)))
                 | _ -> close c
               in
-              while not !stopping do
-                Loop.run loop ~until:(fun () -> !stopping || not (Queue.is_empty pending));
-                match Queue.take_opt pending with
-                | None -> ()
-                | Some c ->
-                    running := true;
-                    Fun.protect ~finally:(fun () -> running := false) (fun () -> run_one c)
+              while not (!stopping && !running = 0) do
+                Loop.run loop ~until:(fun () ->
+                    (!stopping && !running = 0) || not (Queue.is_empty pending));
+                match Queue.take_opt pending with None -> () | Some c -> launch c
               done;
               Queue.iter (fun c -> reply c "F\n") pending;
               remove ();
               Unix.close lsock;
               (* The sessions of the circuits' port: one per node that reached it (a process
                  server keeps its node from one program to the next: one for all its starts). *)
-              say "its circuits' port: %d sessions" (R.stats node).Consort_cap.Rpc.sessions;
-              Consort_capproc.Proc_client.close_circuits circuits;
-              R.close control;
-              R.close node;
+              say "its circuits' port: %d sessions"
+                (List.fold_left
+                   (fun n sl -> n + (R.stats sl.node).Consort_cap.Rpc.sessions)
+                   0 !slots);
+              if List.length !slots > 1 then
+                say "%d starts ran at once at most" (List.length !slots);
+              List.iter close_slot !slots;
               say "stopped: %d served, %d refused for their uid, %d bad, %d not run here" st.served
                 st.foreign st.bad st.busy;
               0))
@@ -504,6 +683,15 @@ let cmd =
             "Where to ask for servers' ports (default: the $(b,CONSORT_LOCATE) environment \
              variable).")
   in
+  let max_running =
+    Arg.(
+      value
+      & opt Consort_cli.positive_int default_max_running
+      & info [ "max-running" ] ~docv:"N"
+          ~doc:
+            "At most $(docv) programs run through the agent at once (each on nodes of its own, \
+             kept for the next start); a start asked beyond that runs in its caller's own client.")
+  in
   Cmd.v
     (Consort_cli.info ~path:"cap agent" "agent"
        ~doc:
@@ -513,6 +701,9 @@ let cmd =
           capabilities (it holds none of its own). Only this user's processes are served (the \
           peer's uid, SO_PEERCRED); a request the agent would not run exactly as the caller would \
           ($(b,--params), $(b,--log-level), other servers' locations, $(b,--help)) is left to the \
-          caller's own client. Runs in the foreground until SIGTERM or SIGINT; one program runs at \
-          a time, a start asked meanwhile runs in its caller's client.")
-    Term.(const (fun s l () -> serve ~socket:s ~locate:l) $ socket $ locate $ Consort_cli.logging)
+          caller's own client. Runs in the foreground until SIGTERM or SIGINT (after the programs \
+          running); programs run at once up to $(b,--max-running), each with its own circuits and \
+          streams, a start asked beyond that runs in its caller's client.")
+    Term.(
+      const (fun s l m () -> serve ~max_running:m ~socket:s ~locate:l ())
+      $ socket $ locate $ max_running $ Consort_cli.logging)

@@ -6,13 +6,15 @@
     (SCM_RIGHTS). Only connections from the agent's own uid are served (SO_PEERCRED); a foreign one
     gets one line and is counted. Requests are bounded ({!max_body}, {!max_args}) and parsed
     strictly; a bad one gets a one-line answer and the agent goes on. At most {!max_clients}
-    connections are open at once and one program runs at a time: a start asked meanwhile is answered
-    [F] and runs in the caller's own client. *)
+    connections are open at once and at most [max_running] programs run at once (default
+    {!default_max_running}), each on nodes of its own kept for the next start: a start asked beyond
+    that is answered [F] and runs in the caller's own client. *)
 
 val magic : string
 val max_body : int
 val max_args : int
 val max_clients : int
+val default_max_running : int
 
 type request = {
   home : string option;
@@ -38,10 +40,11 @@ val send_fds : Unix.file_descr -> string -> Unix.file_descr array -> int
 val default_socket : getenv:(string -> string option) -> (string, string) result
 (** [$XDG_RUNTIME_DIR/consort/agent.sock], else [~/.consort/agent.sock]. *)
 
-val serve : socket:string option -> locate:string option -> int
+val serve : ?max_running:int -> socket:string option -> locate:string option -> unit -> int
 (** Runs the agent until SIGTERM or SIGINT, or until its socket is removed or replaced (checked
-    every 5 s): its exit status (2 and one line when it cannot start: the socket's directory is
-    another user's or open to others, an agent serves it already, ...). *)
+    every 5 s), then once the programs running have ended: its exit status (2 and one line when it
+    cannot start: the socket's directory is another user's or open to others, an agent serves it
+    already, ...). *)
 
 val cmd : int Cmdliner.Cmd.t
 (** [consort cap agent]. *)

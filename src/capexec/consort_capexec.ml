@@ -35,6 +35,7 @@ type host = {
   say : string -> unit;
   stdout : (string -> unit) option;
   stderr : (string -> unit) option;
+  output : ((string -> (unit -> unit) -> unit) * (string -> (unit -> unit) -> unit)) option;
   stdin : Unix.file_descr;
   with_stdin : (unit -> int) -> int;
   interrupt : unit -> unit -> bool;
@@ -69,6 +70,7 @@ let own_host =
     say = (fun s -> Fmt.epr "consort: %s@." s);
     stdout = None;
     stderr = None;
+    output = None;
     stdin = Unix.stdin;
     with_stdin = Consort_cli.with_stdin ~instead:"-n" "cap exec";
     interrupt =
@@ -188,12 +190,24 @@ type request = {
   show_cap : bool;
 }
 
-let run host
+(* What a start needs, checked and resolved before anything runs: the exit status of a refusal
+   (said on [host]) otherwise. *)
+type prepared = {
+  p_server : Cap.t;
+  p_program : Cap.t;
+  p_args : string list;
+  p_caps : (string * Cap.t) list;
+  p_limits : Pd.limits;
+  p_locate : string option;
+  p_no_stdin : bool;
+  p_show_cap : bool;
+}
+
+let prepare host
     { locate; server; program; args; caps; root; with_root; cpu; memory; time; no_stdin; show_cap }
     =
-  let refused fmt = refused_on host fmt and unknown fmt = unknown_on host fmt in
-  (if no_stdin then fun k -> k () else host.with_stdin) @@ fun () ->
-  let ( let* ) r f = match r with Error m -> refused "%s" m | Ok v -> f v in
+  let refused fmt = refused_on host fmt in
+  let ( let* ) r f = match r with Error m -> Error (refused "%s" m) | Ok v -> f v in
   let resolve what s = resolve_on host ?locate ?root what s in
   let* server = resolve "SERVER" server in
   let* program = resolve "PROGRAM" program in
@@ -233,27 +247,71 @@ let run host
   let ms s = int_of_float (s *. 1000.) in
   let limits = { Pd.cpu_ms = ms cpu; memory_kib = memory * 1024; run_ms = ms time } in
   let* _ = Pd.encode { Pd.arch = Pd.arch_bytecode; program; args; caps; limits; hints = [] } in
-  match host.nodes ?locate ~control:no_stdin () with
-  | Error m -> refused "%s" m
-  | Ok (node, control, release) -> (
+  Ok
+    {
+      p_server = server;
+      p_program = program;
+      p_args = args;
+      p_caps = caps;
+      p_limits = limits;
+      p_locate = locate;
+      p_no_stdin = no_stdin;
+      p_show_cap = show_cap;
+    }
+
+(* The exit status of a start's end, why said on [host]. *)
+let status host r =
+  let refused fmt = refused_on host fmt and unknown fmt = unknown_on host fmt in
+  match r with
+  | Error (`Refused _ as e) -> refused "exec: %a" Proc_client.pp_error e
+  | Error (`Unknown _ as e) -> unknown "exec: %a" Proc_client.pp_error e
+  | Ok o -> (
+      match o.Proc_client.kind with
+      | P.Exited -> o.code
+      | P.Signaled | P.Limit | P.Killed ->
+          host.say ("the program " ^ o.text);
+          if o.kind = P.Signaled then 128 + o.code else 137
+      | P.Failed -> unknown "the program %s" o.text)
+
+(* Runs [p] on [host]'s nodes: [exec] waits for the end, [start] does not. *)
+let launch host p exec k =
+  match host.nodes ?locate:p.p_locate ~control:p.p_no_stdin () with
+  | Error m -> k (refused_on host "%s" m)
+  | Ok (node, control, release) ->
       let interrupt = host.interrupt () in
-      let started c = if show_cap then host.say ("process " ^ Cap.to_string c) in
-      let stdin = if no_stdin then None else Some host.stdin in
-      let r =
-        Proc_client.exec node ?control ?circuits:host.circuits ~server ~program ~args ~caps ~limits
-          ?stdin ?stdout:host.stdout ?stderr:host.stderr ~interrupt ~hangup:host.hangup ~started ()
-      in
-      release ();
-      match r with
-      | Error (`Refused _ as e) -> refused "exec: %a" Proc_client.pp_error e
-      | Error (`Unknown _ as e) -> unknown "exec: %a" Proc_client.pp_error e
-      | Ok o -> (
-          match o.kind with
-          | P.Exited -> o.code
-          | P.Signaled | P.Limit | P.Killed ->
-              host.say ("the program " ^ o.text);
-              if o.kind = P.Signaled then 128 + o.code else 137
-          | P.Failed -> unknown "the program %s" o.text))
+      let started c = if p.p_show_cap then host.say ("process " ^ Cap.to_string c) in
+      let stdin = if p.p_no_stdin then None else Some host.stdin in
+      exec node ?control ?circuits:host.circuits ~server:p.p_server ~program:p.p_program
+        ~args:p.p_args ~caps:p.p_caps ~limits:p.p_limits ?stdin ?stdout:host.stdout
+        ?stderr:host.stderr ~interrupt ~hangup:host.hangup ~started (fun r ->
+          release ();
+          k (status host r))
+
+let run host req =
+  (if req.no_stdin then fun k -> k () else host.with_stdin) @@ fun () ->
+  match prepare host req with
+  | Error code -> code
+  | Ok p ->
+      let code = ref 2 in
+      launch host p
+        (fun node ?control ?circuits ~server ~program ~args ~caps ~limits ?stdin ?stdout ?stderr
+             ~interrupt ~hangup ~started k ->
+          k
+            (Proc_client.exec node ?control ?circuits ~server ~program ~args ~caps ~limits ?stdin
+               ?stdout ?stderr ~interrupt ~hangup ~started ()))
+        (fun c -> code := c);
+      !code
+
+let start host req k =
+  match prepare host req with
+  | Error code -> k code
+  | Ok p ->
+      launch host p
+        (fun node ?control ?circuits ~server ~program ~args ~caps ~limits ?stdin ?stdout ?stderr
+             ~interrupt ~hangup ~started k ->
+          Proc_client.start node ?control ?circuits ~server ~program ~args ~caps ~limits ?stdin
+            ?stdout ?stderr ?output:host.output ~interrupt ~hangup ~started k)
+        k
 
 (* The command line. *)
 

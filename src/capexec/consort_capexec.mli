@@ -42,6 +42,9 @@ type host = {
   say : string -> unit;  (** One line on standard error, after [consort: ]. *)
   stdout : (string -> unit) option;  (** The program's output (default: this process's). *)
   stderr : (string -> unit) option;
+  output : ((string -> (unit -> unit) -> unit) * (string -> (unit -> unit) -> unit)) option;
+      (** {!start} only, instead of [stdout] and [stderr]: writers that call their continuation once
+          the bytes are written (the program's circuit is read again only then). *)
   stdin : Unix.file_descr;  (** The program's input, unless [-n]. *)
   with_stdin : (unit -> int) -> int;  (** Refuses when standard input is closed. *)
   interrupt : unit -> unit -> bool;
@@ -80,6 +83,13 @@ type request = {
 
 val run : host -> request -> int
 (** Runs it: the exit status, the messages said on [host]. *)
+
+val start : host -> request -> (int -> unit) -> unit
+(** [start host req k]: {!run} without waiting for the program, for a caller that runs several at
+    once on one loop (the agent): resolves the paths and checks the command (waiting for those
+    answers, so not from inside a callback of the nodes' loop), starts the program and calls [k]
+    once with the exit status, at once when refused, else from the loop once the program ended and
+    its output was passed on. [host.with_stdin] is not used: the caller checked its streams. *)
 
 val agent_cmd :
   (string option

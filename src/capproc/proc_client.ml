@@ -103,9 +103,10 @@ let open_circuits node kept =
           live := false;
           if not !hung then R.stop srv )
 
-let exec node ?control ?circuits ~server ~program ?(args = []) ?(caps = []) ?(limits = Pd.no_limits)
-    ?(hints = []) ?stdin ?(stdout = write_all Unix.stdout) ?(stderr = write_all Unix.stderr)
-    ?(interrupt = fun () -> false) ?(hangup = fun () -> false) ?(started = ignore) () =
+let start node ?control ?circuits ~server ~program ?(args = []) ?(caps = [])
+    ?(limits = Pd.no_limits) ?(hints = []) ?stdin ?(stdout = write_all Unix.stdout)
+    ?(stderr = write_all Unix.stderr) ?output ?(interrupt = fun () -> false)
+    ?(hangup = fun () -> false) ?(started = ignore) k =
   let loop = R.transport node in
   let host, c1, c2, hang_up, close_host = open_circuits node circuits in
   let now () = Loop.now loop in
@@ -114,16 +115,30 @@ let exec node ?control ?circuits ~server ~program ?(args = []) ?(caps = []) ?(li
   let a1 = E.local host ~now c1.Vc.a and a2 = E.local host ~now c2.Vc.a in
   (* Output: read each circuit to its end. *)
   let out_done = ref 0 in
+  let on_out_done = ref ignore in
+  (* The next read once the last bytes were written: a caller slow to take its output holds up
+     its own circuits only. *)
   let rec pump e out =
     E.read e (function
-      | `Data d ->
-          out d;
-          pump e out
+      | `Data d -> out d (fun () -> pump e out)
       | `Intr -> pump e out
-      | `Eof | `Hangup _ -> incr out_done)
+      | `Eof | `Hangup _ ->
+          incr out_done;
+          !on_out_done ())
   in
-  pump a1 stdout;
-  pump a2 stderr;
+  let out1, out2 =
+    match output with
+    | Some (o1, o2) -> (o1, o2)
+    | None ->
+        ( (fun d k ->
+            stdout d;
+            k ()),
+          fun d k ->
+            stderr d;
+            k () )
+  in
+  pump a1 out1;
+  pump a2 out2;
   (* Input. *)
   let watched = ref None in
   let stop_input () =
@@ -195,47 +210,70 @@ let exec node ?control ?circuits ~server ~program ?(args = []) ?(caps = []) ?(li
   poll_intr ();
   let env = [ ("stdin", c1.Vc.b); ("stdout", c1.Vc.b); ("stderr", c2.Vc.b) ] in
   let env = if stdin = None then List.tl env else env in
+  (* Told once: the circuits closed, the input no longer read, then [k]. *)
+  let told = ref false in
+  let drain_timer = ref None in
   let finish r =
-    live := false;
-    stop_input ();
-    close_host ();
-    r
+    if not !told then begin
+      told := true;
+      live := false;
+      Option.iter Loop.cancel !drain_timer;
+      stop_input ();
+      close_host ();
+      k r
+    end
+  in
+  (* The output the server passed on before answering its ps_wait: the circuits drain first
+     (5 s at most). *)
+  let ended r =
+    if !out_done >= 2 then finish r
+    else begin
+      (on_out_done := fun () -> if !out_done >= 2 then finish r);
+      drain_timer := Some (Loop.after loop (Time.of_sec 5.) (fun () -> finish r))
+    end
   in
   match
     Pd.encode { Pd.arch = Pd.arch_bytecode; program; args; caps = env @ caps; limits; hints }
   with
   | Error e -> finish (Error (`Refused (`Argbad, e)))
-  | Ok pd -> (
-      match R.Sync.trans node (Header.request server P.ps_exec) pd with
-      | Error e -> (
-          match Rpc_error.outcome e with
-          | `Not_executed ->
-              finish (Error (`Refused (`Notfound, "the process server: " ^ Rpc_error.to_string e)))
-          | `Unknown -> finish (Error (`Unknown (Rpc_error.to_string e))))
-      | Ok (h, d) when h.Header.status <> `Ok -> finish (Error (`Refused (h.status, d)))
-      | Ok (h, _) -> (
-          match Header.cap h with
-          | Error e -> finish (Error (`Unknown ("the process server's reply: " ^ e)))
-          | Ok proc_cap ->
-              let proc =
-                proc := Some proc_cap;
-                proc_cap
-              in
-              started proc;
-              let rec wait tries =
-                match R.Sync.trans node ~idempotent:true (Header.request proc P.ps_wait) "" with
-                | Ok (h, _) when h.Header.status = `Notnow && tries > 0 -> wait (tries - 1)
-                | Ok (h, d) when h.Header.status = `Ok -> (
-                    match P.kind_of_int h.Header.offset with
-                    | Some kind -> Ok { kind; code = h.Header.extra; text = d }
-                    | None -> Error (`Unknown "the process server's reply makes no sense"))
-                | Ok (h, d) ->
-                    Error (`Unknown (Fmt.str "waiting: %a %s" Status.pp h.Header.status d))
-                | Error e -> Error (`Unknown ("waiting: " ^ Rpc_error.to_string e))
-              in
-              (* A process may run for a day; each wait is held 10 s. *)
-              let r = wait 100_000 in
-              (* The output the server passed on before answering: let the
-                 circuits drain (bounded). *)
-              Loop.run loop ~timeout:(Time.of_sec 5.) ~until:(fun () -> !out_done >= 2);
-              finish r))
+  | Ok pd ->
+      R.trans node ~idempotent:false (Header.request server P.ps_exec) pd (function
+        | Error e -> (
+            match Rpc_error.outcome e with
+            | `Not_executed ->
+                finish
+                  (Error (`Refused (`Notfound, "the process server: " ^ Rpc_error.to_string e)))
+            | `Unknown -> finish (Error (`Unknown (Rpc_error.to_string e))))
+        | Ok (h, d) when h.Header.status <> `Ok -> finish (Error (`Refused (h.status, d)))
+        | Ok (h, _) -> (
+            match Header.cap h with
+            | Error e -> finish (Error (`Unknown ("the process server's reply: " ^ e)))
+            | Ok p ->
+                proc := Some p;
+                started p;
+                (* A process may run for a day; each wait is held 10 s. *)
+                let rec wait tries =
+                  R.trans node ~idempotent:true (Header.request p P.ps_wait) "" (function
+                    | Ok (h, _) when h.Header.status = `Notnow && tries > 0 -> wait (tries - 1)
+                    | Ok (h, d) when h.Header.status = `Ok -> (
+                        match P.kind_of_int h.Header.offset with
+                        | Some kind -> ended (Ok { kind; code = h.Header.extra; text = d })
+                        | None ->
+                            ended (Error (`Unknown "the process server's reply makes no sense")))
+                    | Ok (h, d) ->
+                        ended
+                          (Error (`Unknown (Fmt.str "waiting: %a %s" Status.pp h.Header.status d)))
+                    | Error e -> ended (Error (`Unknown ("waiting: " ^ Rpc_error.to_string e))))
+                in
+                wait 100_000))
+
+let exec node ?control ?circuits ~server ~program ?args ?caps ?limits ?hints ?stdin ?stdout ?stderr
+    ?interrupt ?hangup ?started () =
+  let result = ref None in
+  start node ?control ?circuits ~server ~program ?args ?caps ?limits ?hints ?stdin ?stdout ?stderr
+    ?interrupt ?hangup ?started (fun r -> result := Some r);
+  let loop = R.transport node in
+  Loop.run loop ~until:(fun () -> !result <> None);
+  match !result with
+  | Some r -> r
+  | None -> Error (`Unknown "the loop stopped before the process server answered")

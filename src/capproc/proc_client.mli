@@ -53,3 +53,30 @@ val exec :
     taken by the held [ps_wait] meanwhile). [circuits] (made on [node]) hosts the circuits, else a
     port of this start's own does (when it has no room for two more, too). Runs the node's loop; not
     for use inside a callback. *)
+
+val start :
+  Rpc_udp.node ->
+  ?control:Rpc_udp.node ->
+  ?circuits:circuits ->
+  server:Cap.t ->
+  program:Cap.t ->
+  ?args:string list ->
+  ?caps:(string * Cap.t) list ->
+  ?limits:Pd.limits ->
+  ?hints:string list ->
+  ?stdin:Unix.file_descr ->
+  ?stdout:(string -> unit) ->
+  ?stderr:(string -> unit) ->
+  ?output:(string -> (unit -> unit) -> unit) * (string -> (unit -> unit) -> unit) ->
+  ?interrupt:(unit -> bool) ->
+  ?hangup:(unit -> bool) ->
+  ?started:(Cap.t -> unit) ->
+  ((outcome, error) result -> unit) ->
+  unit
+(** [start node ... k]: {!exec} without waiting: [k] is called once, from the node's loop, with what
+    [exec] would return (or at once, when nothing could be sent). Several starts run at once on one
+    loop, each on a node of its own (a node's session with the server carries one transaction at a
+    time: a start's held [ps_wait] would hold up another's [ps_exec]), each with its [circuits] made
+    on its own node. [output] (instead of [stdout] and [stderr]): writers that call their
+    continuation once the bytes are written; a circuit is read again only then, so a caller slow to
+    take its output holds up its own program only. *)

@@ -51,6 +51,24 @@ let () =
         end
       in
       wait 600
+  | _ :: "ticks" :: label :: n :: code :: go :: _ ->
+      (* Once [go] exists (30 s at most, else exit 1): n lines "LABEL i", 10 ms apart, then
+         "LABEL done" on stderr and the exit code asked for. *)
+      let rec wait k =
+        if not (Sys.file_exists go) then
+          if k = 0 then exit 1
+          else begin
+            Unix.sleepf 0.02;
+            wait (k - 1)
+          end
+      in
+      wait 1500;
+      for i = 1 to int_of_string n do
+        Printf.printf "%s %d\n%!" label i;
+        Unix.sleepf 0.01
+      done;
+      prerr_endline (label ^ " done");
+      exit (int_of_string code)
   | _ :: "sleepint" :: _ ->
       (* Like intr, but with no input: sleeps until SIGINT. *)
       Sys.set_signal Sys.sigint

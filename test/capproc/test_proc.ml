@@ -545,7 +545,7 @@ let test_agent () =
   eventually "the agent runs a start again" (fun () ->
       raw_request ~fds:[| devnull; devnull; devnull |] w good = "X0\n");
   Unix.close devnull;
-  (* Killed mid-request: exit 3. A start asked while a program runs runs in its own client. *)
+  (* Killed mid-request: exit 3. A start asked while a program runs runs too. *)
   let out = w.dir / "long.out" and err = w.dir / "long.err" in
   let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
   let o = fd out and e = fd err in
@@ -663,6 +663,279 @@ let test_agent_circuits () =
     ("two sessions with the circuits' port: " ^ read_file (agent_log w))
     true
     (contains (read_file (agent_log w)) "consort: agent: its circuits' port: 2 sessions\n")
+
+(* consort-exec started and not waited for: its pid; standard output and error to [name].out and
+   [name].err in the world's directory, no input. *)
+let spawn_small w ~env name args =
+  let fd p = Unix.openfile p [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ] 0o644 in
+  let o = fd (w.dir / (name ^ ".out")) and e = fd (w.dir / (name ^ ".err")) in
+  let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+  let pid =
+    Unix.create_process_env consort_exec
+      (Array.of_list ("consort-exec" :: args))
+      (Array.concat [ Array.of_list (base_env @ env); Unix.environment () ])
+      i o e
+  in
+  List.iter Unix.close [ i; o; e ];
+  pid
+
+let kill_agents () =
+  List.iter
+    (fun pid ->
+      match Unix.waitpid [ Unix.WNOHANG ] pid with
+      | 0, _ -> (
+          (try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ());
+          try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ())
+      | _ | (exception Unix.Unix_error _) -> ())
+    !agents;
+  agents := []
+
+(* Several programs at once through one agent (--max-running 2): two programs that print 40 lines
+   each at the same time, each caller getting its own lines in order, its own stderr and exit code;
+   a third start while both run is not run by the agent (its caller's own client runs it, with
+   the same output); one caller killed while another's program runs on: the first program hung up
+   on (SIGHUP), the second's output and exit code whole; the slots free again afterwards. *)
+let test_agent_concurrent () =
+  with_world @@ fun w ->
+  Fun.protect ~finally:kill_agents @@ fun () ->
+  Unix.mkdir (agent_dir w) 0o700;
+  let through = ("CONSORT_AGENT=" ^ agent_sock w) :: w.env in
+  let shared = w.dir / "shared" in
+  Unix.mkdir shared 0o700;
+  Unix.chmod shared 0o777;
+  let pid =
+    spawn ~env:w.env ~out:(w.dir / "agent.out") ~err:(agent_log w)
+      [ "cap"; "agent"; "--socket"; agent_sock w; "--max-running"; "2" ]
+  in
+  agents := pid :: !agents;
+  eventually "the agent serves" (fun () ->
+      contains (try read_file (agent_log w) with Sys_error _ -> "") "serving uid");
+  let lines label n =
+    String.concat "" (List.init n (fun i -> Printf.sprintf "%s %d\n" label (i + 1)))
+  in
+  let running name = contains (read_file (w.dir / (name ^ ".err"))) "consort: process cap1:" in
+  let go = shared / "go" in
+  let ticks label code =
+    spawn_small w ~env:through label
+      [ "-n"; "--show-cap"; w.ps.cap; w.prog; "ticks"; label; "40"; string_of_int code; go ]
+  in
+  let a = ticks "a" 5 and b = ticks "b" 6 in
+  eventually "both programs run" (fun () -> running "a" && running "b");
+  (* Both slots taken: a third start runs in its caller's own client, as without the agent. *)
+  let code, out, err = run_small ~env:through [ "-n"; w.ps.cap; w.prog; "echo"; "0" ] in
+  Alcotest.(check (triple int bool string))
+    "a start beyond --max-running: run by its caller, exit 0" (0, true, "bye\n")
+    (code, contains out "caps: stdout,stderr\n", err);
+  write_file go "";
+  Alcotest.(check int) "the first program's exit code" 5 (wait_code a);
+  Alcotest.(check int) "the second program's exit code" 6 (wait_code b);
+  let check name =
+    Alcotest.(check string)
+      (name ^ ": its own lines, in order")
+      (lines name 40)
+      (read_file (w.dir / (name ^ ".out")));
+    let err = read_file (w.dir / (name ^ ".err")) in
+    Alcotest.(check bool)
+      (name ^ ": its own stderr: " ^ err)
+      true
+      (contains err (name ^ " done\n")
+      && not (contains err ((if name = "a" then "b" else "a") ^ " done")))
+  in
+  check "a";
+  check "b";
+  (* One caller killed while another's program runs on. *)
+  Sys.remove go;
+  let c = ticks "c" 7 in
+  let d = spawn_small w ~env:through "d" [ "-n"; "--show-cap"; w.ps.cap; w.prog; "sleep" ] in
+  eventually "both programs run again" (fun () -> running "c" && running "d");
+  Unix.kill d Sys.sigkill;
+  ignore (wait_code d);
+  eventually "the killed caller's program was hung up on" (fun () ->
+      let _, o, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+      contains o "killed by SIGHUP");
+  write_file go "";
+  Alcotest.(check int) "the other program ran on: its exit code" 7 (wait_code c);
+  Alcotest.(check string) "its lines, whole" (lines "c" 40) (read_file (w.dir / "c.out"));
+  (* The slots are free again: two starts at once through the agent. *)
+  let e = ticks "e" 8 and f = ticks "f" 9 in
+  Alcotest.(check (pair int int)) "two more at once" (8, 9) (wait_code e, wait_code f);
+  Alcotest.(check (pair string string))
+    "their own lines"
+    (lines "e" 40, lines "f" 40)
+    (read_file (w.dir / "e.out"), read_file (w.dir / "f.out"));
+  (* A caller that does not read its output (a pipe nobody reads, 3,000 lines of 58 bytes: more
+     than the pipe holds) holds up its own program only: another start runs meanwhile; then the
+     pipe is read, and every line comes, in order. *)
+  let r, wr = Unix.pipe ~cloexec:true () in
+  let big =
+    let e =
+      Unix.openfile (w.dir / "big.err")
+        [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ]
+        0o644
+    in
+    let i = Unix.openfile "/dev/null" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+    let pid =
+      Unix.create_process_env consort_exec
+        [| "consort-exec"; "-n"; "--show-cap"; w.ps.cap; w.prog; "big"; "3000" |]
+        (Array.concat [ Array.of_list (base_env @ through); Unix.environment () ])
+        i wr e
+    in
+    List.iter Unix.close [ i; wr; e ];
+    pid
+  in
+  eventually "the program that writes runs" (fun () -> running "big");
+  let code, out, err = run_small ~env:through [ "-n"; w.ps.cap; w.prog; "echo"; "3" ] in
+  Alcotest.(check (triple int bool string))
+    "a start while another caller does not read its output" (3, true, "bye\n")
+    (code, contains out "caps: stdout,stderr\n", err);
+  let got =
+    let b = Buffer.create 200_000 and chunk = Bytes.create 65536 in
+    let rec go () =
+      match Unix.read r chunk 0 65536 with
+      | 0 -> ()
+      | n ->
+          Buffer.add_subbytes b chunk 0 n;
+          go ()
+    in
+    go ();
+    Unix.close r;
+    Buffer.contents b
+  in
+  Alcotest.(check int) "the caller that read late: exit 0" 0 (wait_code big);
+  Alcotest.(check string)
+    "its 3,000 lines, in order"
+    (String.concat ""
+       (List.init 3000 (fun i -> Printf.sprintf "line %d %s\n" (i + 1) (String.make 50 'x'))))
+    got;
+  (* a, b, c, d, e, f, big and the start meanwhile served; the third start not run here. *)
+  Alcotest.(check string)
+    "the agent's counts"
+    "consort: agent: stopped: 8 served, 0 refused for their uid, 0 bad, 1 not run here"
+    (stop_agent w pid);
+  Alcotest.(check bool)
+    ("two starts ran at once: " ^ read_file (agent_log w))
+    true
+    (contains (read_file (agent_log w)) "consort: agent: 2 starts ran at once at most\n")
+
+(* systemd: dist/consort-agent.socket and .service, as systemd reads them (systemd-analyze verify,
+   ExecStart pointed at this build), the fields the agent needs; an agent started as systemd starts
+   it (LISTEN_PID its pid, LISTEN_FDS=1, the listening socket on descriptor 3) serves on it, says
+   so, and leaves the socket to systemd at its end; one passed open to others is refused (exit 2,
+   one line) and so is a descriptor that is not a listening socket. *)
+let dist f = here / ".." / ".." / "dist" / f
+
+let test_agent_systemd () =
+  let socket_unit = read_file (dist "consort-agent.socket")
+  and service = read_file (dist "consort-agent.service") in
+  let has text line = List.mem line (String.split_on_char '\n' text) in
+  List.iter
+    (fun l -> Alcotest.(check bool) ("consort-agent.socket: " ^ l) true (has socket_unit l))
+    [ "ListenStream=%t/consort/agent.sock"; "SocketMode=0600"; "DirectoryMode=0700"; "Accept=no" ];
+  List.iter
+    (fun l -> Alcotest.(check bool) ("consort-agent.service: " ^ l) true (has service l))
+    [
+      "ExecStart=/usr/bin/consort cap agent"; "Requires=consort-agent.socket"; "KillSignal=SIGTERM";
+    ];
+  (if Sys.command "command -v systemd-analyze >/dev/null 2>&1" <> 0 then
+     print_endline "SKIPPED (systemd-analyze verify: no systemd-analyze here)"
+   else
+     let d = temp_dir "agent-units" in
+     Fun.protect ~finally:(fun () -> rm_rf d) @@ fun () ->
+     let exe = Unix.realpath (consort ()) in
+     write_file (d / "consort-agent.socket") socket_unit;
+     write_file (d / "consort-agent.service")
+       (String.concat "\n"
+          (List.map
+             (fun l ->
+               if l = "ExecStart=/usr/bin/consort cap agent" then "ExecStart=" ^ exe ^ " cap agent"
+               else l)
+             (String.split_on_char '\n' service)));
+     let out = d / "verify.out" in
+     let code =
+       Sys.command
+         (Printf.sprintf "cd %s && systemd-analyze verify --man=no %s %s >%s 2>&1"
+            (Filename.quote d)
+            (Filename.quote (d / "consort-agent.socket"))
+            (Filename.quote (d / "consort-agent.service"))
+            (Filename.quote out))
+     in
+     Alcotest.(check (pair int string))
+       "systemd-analyze verify: no complaint" (0, "")
+       (code, read_file out));
+  with_world @@ fun w ->
+  Fun.protect ~finally:kill_agents @@ fun () ->
+  Unix.mkdir (agent_dir w) 0o700;
+  let listening mode =
+    (try Unix.unlink (agent_sock w) with Unix.Unix_error _ -> ());
+    let s = Unix.socket Unix.PF_UNIX Unix.SOCK_STREAM 0 in
+    Unix.bind s (Unix.ADDR_UNIX (agent_sock w));
+    Unix.chmod (agent_sock w) mode;
+    Unix.listen s 16;
+    s
+  in
+  (* As systemd starts it: the socket on descriptor 3, LISTEN_PID the agent's own pid. *)
+  let activated (fd : Unix.file_descr) =
+    let err =
+      Unix.openfile (agent_log w)
+        [ Unix.O_WRONLY; Unix.O_CREAT; Unix.O_TRUNC; Unix.O_CLOEXEC ]
+        0o644
+    in
+    let null = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+    let pid =
+      Unix.create_process_env "/bin/sh"
+        [|
+          "sh";
+          "-c";
+          (let n : int = Obj.magic fd in
+           (if n = 3 then "" else Printf.sprintf "exec 3<&%d %d<&-; " n n)
+           ^ "LISTEN_PID=$$; LISTEN_FDS=1; export LISTEN_PID LISTEN_FDS; exec \"$0\" cap agent");
+          consort ();
+        |]
+        (Array.concat [ Array.of_list (base_env @ w.env); Unix.environment () ])
+        null null err
+    in
+    List.iter Unix.close [ err; null ];
+    agents := pid :: !agents;
+    pid
+  in
+  let s = listening 0o600 in
+  let pid = activated s in
+  Unix.close s;
+  eventually "the agent serves systemd's socket" (fun () ->
+      contains
+        (read_file (agent_log w))
+        (Printf.sprintf "serving uid %d on %s (the socket systemd passed)" (Unix.geteuid ())
+           (agent_sock w)));
+  let through = ("CONSORT_AGENT=" ^ agent_sock w) :: w.env in
+  let code, out, err = run_small ~env:through [ "-n"; w.ps.cap; w.prog; "echo"; "4" ] in
+  Alcotest.(check (triple int bool string))
+    "a start on the inherited socket" (4, true, "bye\n")
+    (code, contains out "caps: stdout,stderr\n", err);
+  Alcotest.(check string)
+    "the agent ran it"
+    "consort: agent: stopped: 1 served, 0 refused for their uid, 0 bad, 0 not run here"
+    (stop_agent w pid);
+  Alcotest.(check bool) "systemd's socket left in place" true (Sys.file_exists (agent_sock w));
+  (* A socket open to others: refused. *)
+  let s = listening 0o666 in
+  let pid = activated s in
+  Unix.close s;
+  Alcotest.(check int) "a socket open to others: exit 2" 2 (wait_code pid);
+  let log = read_file (agent_log w) in
+  Alcotest.(check bool)
+    ("one line that says why: " ^ log)
+    true
+    (contains log "not this user's or open to others (SocketMode=0600)"
+    && String.index log '\n' = String.length log - 1);
+  (* Not a listening socket: refused. *)
+  let f = Unix.openfile "/dev/null" [ Unix.O_RDONLY ] 0 in
+  let pid = activated f in
+  Unix.close f;
+  Alcotest.(check int) "a descriptor that is not a socket: exit 2" 2 (wait_code pid);
+  Alcotest.(check bool)
+    ("one line: " ^ read_file (agent_log w))
+    true
+    (contains (read_file (agent_log w)) "the descriptor systemd passed (3)")
 
 (* A program that uses a capability of its environment: std_info through
    the RPC, located where the process server says. *)
@@ -1260,6 +1533,10 @@ let () =
           Alcotest.test_case "dead server" `Quick test_dead_server;
           Alcotest.test_case "the agent's circuits: kept, each start its own" `Quick
             test_agent_circuits;
+          Alcotest.test_case "several programs at once through the agent" `Quick
+            test_agent_concurrent;
+          Alcotest.test_case "the agent under systemd: units, an inherited socket" `Quick
+            test_agent_systemd;
         ] );
       ( "hostile",
         [
