@@ -1,6 +1,7 @@
 (** Congestion control behind one signature, driven by the connection's loss recovery: NewReno (RFC
-    5681, RFC 6582) and CUBIC (RFC 9438). Windows are in bytes. Fast recovery itself (which segments
-    go when) is the connection's; an algorithm only sets the windows. *)
+    5681, RFC 6582) and CUBIC (RFC 9438); and BBR ({!Tcp_bbr}), which is driven by rate samples too
+    and paces. Windows are in bytes. Fast recovery itself (which segments go when) is the
+    connection's; an algorithm only sets the windows. *)
 
 module type S = sig
   type t
@@ -59,3 +60,16 @@ val on_loss : t -> now:Consort.Time.t -> flight:int -> smss:int -> sack:bool -> 
 val on_rto : t -> flight:int -> smss:int -> first:bool -> unit
 val on_idle : t -> initial:int -> unit
 val undo : t -> cwnd:int -> ssthresh:int -> unit
+
+val rate_based : t -> bool
+(** Whether the algorithm takes rate samples ({!on_rate}): the connection keeps {!Tcp_rate}'s
+    records only then. *)
+
+val on_rate : t -> Tcp_rate.sample -> smss:int -> unit
+(** An ACK's rate sample (after its loss detection): nothing for the loss-based algorithms. *)
+
+val pacing_rate : t -> int
+(** Bytes per second the sender paces at; 0: not paced. *)
+
+val bbr : t -> Tcp_bbr.t option
+(** The BBR state, for tests and statistics. *)

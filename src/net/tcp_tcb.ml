@@ -166,6 +166,10 @@ struct
     mutable rtt_time : Time.t;
     (* Congestion control. *)
     cc : Tcp_cc.t;
+    mutable rate : Tcp_rate.t option;
+        (** delivery-rate records, made at the first segment sent if [cc] takes rate samples *)
+    mutable pace_next : Time.t;  (** when pacing lets the next data segment go *)
+    mutable t_pace : Time.t;  (** the pacing timer *)
     mutable dupacks : int;
     mutable recover : Tcp_seq.t;
     mutable in_recovery : bool;
@@ -582,6 +586,9 @@ struct
         rtt_seq = None;
         rtt_time = 0;
         cc = Tcp_cc.create cfg.congestion;
+        rate = None;
+        pace_next = 0;
+        t_pace = never;
         dupacks = 0;
         recover = iss;
         in_recovery = false;

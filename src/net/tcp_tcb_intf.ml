@@ -144,6 +144,10 @@ module type S = sig
     mutable rtt_time : Time.t;
     (* Congestion control. *)
     cc : Tcp_cc.t;
+    mutable rate : Tcp_rate.t option;
+        (** delivery-rate records, made at the first segment sent if [cc] takes rate samples *)
+    mutable pace_next : Time.t;  (** when pacing lets the next data segment go *)
+    mutable t_pace : Time.t;  (** the pacing timer *)
     mutable dupacks : int;
     mutable recover : Tcp_seq.t;
     mutable in_recovery : bool;

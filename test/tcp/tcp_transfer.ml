@@ -3,12 +3,19 @@
 
 open Cmdliner
 
-let run bytes loss buffer reorder duplicate rate delay seed sack timestamps debug =
+let run bytes loss buffer reorder duplicate rate delay seed sack timestamps congestion debug =
   Consort.Iovec.set_checked false;
   Logs.set_reporter (Logs_fmt.reporter ());
   if debug then Logs.set_level (Some Logs.Debug);
   let config =
-    { Tcp.default_config with send_buffer = buffer; receive_buffer = buffer; sack; timestamps }
+    {
+      Tcp.default_config with
+      send_buffer = buffer;
+      receive_buffer = buffer;
+      sack;
+      timestamps;
+      congestion;
+    }
   in
   let impairments =
     {
@@ -40,6 +47,12 @@ let () =
       $ i "rate" 0 "bottleneck bytes/s (0: none)"
       $ i "delay" 1000 "one-way delay, us"
       $ i "seed" 1 "seed" $ b "sack" true "SACK" $ b "timestamps" true "timestamps"
+      $ Arg.(
+          value
+          & opt
+              (enum [ ("cubic", Tcp.Cubic); ("newreno", Tcp.New_reno); ("bbr", Tcp.Bbr) ])
+              Tcp.Cubic
+          & info [ "cc" ] ~doc:"the sender's congestion control")
       $ Arg.(value & flag & info [ "debug" ] ~doc:"debug logs"))
   in
   exit (Cmd.eval (Cmd.v (Cmd.info "tcp_transfer") term))
