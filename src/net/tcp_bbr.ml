@@ -211,8 +211,13 @@ let update_model t (rs : Tcp_rate.sample) ~smss =
       t.cwnd_gain <- 1.
 
 (* The pacing rate: the gain times the bandwidth, less 1% (to stay under
-   the bottleneck); in Startup it only grows. *)
+   the bottleneck); in Startup it only grows, from Startup's gain times the
+   window over the first RTT measured (so that a first sample of a few
+   bytes, from a connection that had little to send, does not hold later
+   data back). *)
 let set_pacing t =
+  if t.pacing = 0 && t.min_rtt <> max_int && t.min_rtt > 0 then
+    t.pacing <- int_of_float (high_gain *. float t.cwnd /. Time.to_sec t.min_rtt);
   let bw = btl_bw t in
   if bw > 0 then begin
     let rate = int_of_float (t.pacing_gain *. float bw *. 0.99) in

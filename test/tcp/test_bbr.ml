@@ -239,6 +239,14 @@ let pacing_follows_model () =
     "follows the bandwidth"
     (expect Tcp_bbr.high_gain 4_000_000)
     (Tcp_bbr.pacing_rate f.b);
+  (* A first sample of a connection that had little to send: the rate is
+     at least Startup's gain times the initial window over the RTT. *)
+  let f0 = feed () in
+  ignore (sample f0 ~app_limited:true ~bw:1_000 : Tcp_rate.sample);
+  let floor = int_of_float (Tcp_bbr.high_gain *. float (10 * smss) /. 0.01) in
+  if Tcp_bbr.pacing_rate f0.b < floor then
+    Alcotest.failf "paced at %d bytes/s after a sample of 1,000, under %d"
+      (Tcp_bbr.pacing_rate f0.b) floor;
   let f = probe_bw ~bw:5_000_000 in
   (* Through a whole gain cycle, the rate is the phase's gain times the
      bandwidth (in flight: what the phase's rate makes). *)
