@@ -355,6 +355,21 @@ let under_loss () =
   if rate b < 3. *. rate c then
     Alcotest.failf "BBR at %.2f MB/s, not three times CUBIC's %.2f" (rate b /. 1e6) (rate c /. 1e6)
 
+(* The bench's impairment: 2% loss and 5% reordering (2 ms of jitter on
+   top), on the same path: no timeout, and still three times CUBIC. *)
+let under_loss_and_reorder () =
+  let run congestion =
+    Transfer.run
+      ~config:{ Tcp.default_config with congestion; send_buffer = mb; receive_buffer = mb }
+      ~impairments:{ (impairments 0.02) with reorder = 0.05 }
+      ~seed:1 (8 * mb)
+  in
+  let b = run Tcp.Bbr and c = run Tcp.Cubic in
+  Logs.app (fun m -> m "BBR: %a@.CUBIC: %a" Transfer.pp_result b Transfer.pp_result c);
+  Alcotest.(check int) "no retransmission timeout" 0 b.timeouts;
+  if rate b < 3. *. rate c then
+    Alcotest.failf "BBR at %.2f MB/s, not three times CUBIC's %.2f" (rate b /. 1e6) (rate c /. 1e6)
+
 (* Without loss, pacing keeps the bottleneck's queue of 100 segments (less
    than the bandwidth-delay product) from overflowing but in Startup,
    whose gain of 2.9 fills it once: under 5% of the segments dropped (198
@@ -381,5 +396,7 @@ let tests =
     Alcotest.test_case "loss: packet conservation, then the window of before" `Quick
       loss_keeps_window;
     Alcotest.test_case "2% loss: BBR near the link rate, three times CUBIC" `Quick under_loss;
+    Alcotest.test_case "2% loss and 5% reordering: no timeout, three times CUBIC" `Quick
+      under_loss_and_reorder;
     Alcotest.test_case "paced: the bottleneck's queue overflows only in Startup" `Quick paced;
   ]
