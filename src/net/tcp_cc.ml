@@ -160,31 +160,24 @@ module Cubic = struct
     t.epoch <- None
 end
 
-(* BBR is driven by rate samples and paces; the others are not. *)
-type t = T : (module S with type t = 'a) * 'a -> t | B : Tcp_bbr.t -> t
+type t = T : (module S with type t = 'a) * 'a -> t
+
+let of_bbr b = T ((module Tcp_bbr), b)
 
 let create = function
   | Tcp_types.New_reno -> T ((module New_reno), New_reno.create ())
   | Cubic -> T ((module Cubic), Cubic.create ())
-  | Bbr -> B (Tcp_bbr.create ())
+  | Bbr -> of_bbr (Tcp_bbr.create ())
 
-let name = function T ((module M), _) -> M.name | B _ -> Tcp_bbr.name
-let cwnd = function T ((module M), s) -> M.cwnd s | B b -> Tcp_bbr.cwnd b
-let ssthresh = function T ((module M), s) -> M.ssthresh s | B b -> Tcp_bbr.ssthresh b
-let set_cwnd = function T ((module M), s) -> M.set_cwnd s | B b -> Tcp_bbr.set_cwnd b
-let on_ack = function T ((module M), s) -> M.on_ack s | B b -> Tcp_bbr.on_ack b
-let on_dupack = function T ((module M), s) -> M.on_dupack s | B b -> Tcp_bbr.on_dupack b
-
-let on_partial_ack = function
-  | T ((module M), s) -> M.on_partial_ack s
-  | B b -> Tcp_bbr.on_partial_ack b
-
-let on_recovered = function T ((module M), s) -> M.on_recovered s | B b -> Tcp_bbr.on_recovered b
-let on_loss = function T ((module M), s) -> M.on_loss s | B b -> Tcp_bbr.on_loss b
-let on_rto = function T ((module M), s) -> M.on_rto s | B b -> Tcp_bbr.on_rto b
-let on_idle = function T ((module M), s) -> M.on_idle s | B b -> Tcp_bbr.on_idle b
-let undo = function T ((module M), s) -> M.undo s | B b -> Tcp_bbr.undo b
-let rate_based = function T _ -> false | B _ -> true
-let on_rate t rs ~smss = match t with T _ -> () | B b -> Tcp_bbr.on_rate b rs ~smss
-let pacing_rate = function T _ -> 0 | B b -> Tcp_bbr.pacing_rate b
-let bbr = function T _ -> None | B b -> Some b
+let name (T ((module M), _)) = M.name
+let cwnd (T ((module M), s)) = M.cwnd s
+let ssthresh (T ((module M), s)) = M.ssthresh s
+let set_cwnd (T ((module M), s)) w = M.set_cwnd s w
+let on_ack (T ((module M), s)) = M.on_ack s
+let on_dupack (T ((module M), s)) = M.on_dupack s
+let on_partial_ack (T ((module M), s)) = M.on_partial_ack s
+let on_recovered (T ((module M), s)) = M.on_recovered s
+let on_loss (T ((module M), s)) = M.on_loss s
+let on_rto (T ((module M), s)) = M.on_rto s
+let on_idle (T ((module M), s)) = M.on_idle s
+let undo (T ((module M), s)) = M.undo s

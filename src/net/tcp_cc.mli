@@ -1,6 +1,6 @@
 (** Congestion control behind one signature, driven by the connection's loss recovery: NewReno (RFC
-    5681, RFC 6582) and CUBIC (RFC 9438); and BBR ({!Tcp_bbr}), which is driven by rate samples too
-    and paces. Windows are in bytes. Fast recovery itself (which segments go when) is the
+    5681, RFC 6582) and CUBIC (RFC 9438); and BBR ({!Tcp_bbr}), which the connection also gives rate
+    samples and paces by. Windows are in bytes. Fast recovery itself (which segments go when) is the
     connection's; an algorithm only sets the windows. *)
 
 module type S = sig
@@ -48,6 +48,11 @@ type t
 (** An instance of one of the algorithms. *)
 
 val create : Tcp_types.congestion -> t
+
+val of_bbr : Tcp_bbr.t -> t
+(** The algorithm of a BBR state the connection also keeps, to give it rate samples and take its
+    pacing rate. *)
+
 val name : t -> string
 val cwnd : t -> int
 val ssthresh : t -> int
@@ -60,16 +65,3 @@ val on_loss : t -> now:Consort.Time.t -> flight:int -> smss:int -> sack:bool -> 
 val on_rto : t -> flight:int -> smss:int -> first:bool -> unit
 val on_idle : t -> initial:int -> unit
 val undo : t -> cwnd:int -> ssthresh:int -> unit
-
-val rate_based : t -> bool
-(** Whether the algorithm takes rate samples ({!on_rate}): the connection keeps {!Tcp_rate}'s
-    records only then. *)
-
-val on_rate : t -> Tcp_rate.sample -> smss:int -> unit
-(** An ACK's rate sample (after its loss detection): nothing for the loss-based algorithms. *)
-
-val pacing_rate : t -> int
-(** Bytes per second the sender paces at; 0: not paced. *)
-
-val bbr : t -> Tcp_bbr.t option
-(** The BBR state, for tests and statistics. *)

@@ -127,8 +127,10 @@ module Make (B : Tcp_tcb.S) = struct
      [len] / rate later. Sending late (a timer fires when it can) earns a
      credit of up to a millisecond of data, or two segments, sent at once,
      as Linux's pacing sends up to a millisecond of data together. *)
+  let pacing_rate tcb = match tcb.bbr with Some b -> Tcp_bbr.pacing_rate b | None -> 0
+
   let pace_sent tcb len =
-    let rate = Tcp_cc.pacing_rate tcb.cc in
+    let rate = pacing_rate tcb in
     if rate > 0 && len > 0 then begin
       let n = now () in
       let credit = max (Time.of_ms 1) (2 * smss tcb * 1_000_000_000 / rate) in
@@ -137,7 +139,7 @@ module Make (B : Tcp_tcb.S) = struct
 
   (* Whether pacing holds the next data segment back (its timer armed). *)
   let paced tcb =
-    Tcp_cc.pacing_rate tcb.cc > 0
+    pacing_rate tcb > 0
     && tcb.pace_next > now ()
     &&
     (tcb.t_pace <- tcb.pace_next;
@@ -146,7 +148,7 @@ module Make (B : Tcp_tcb.S) = struct
   (* Delivery-rate records (draft-cheng-iccrg-delivery-rate-estimation)
      for a congestion control that takes rate samples. *)
   let rate_sent tcb ~seq ~seg_end ~idle =
-    if Tcp_cc.rate_based tcb.cc && Tcp_seq.gt seg_end seq then begin
+    if tcb.bbr <> None && Tcp_seq.gt seg_end seq then begin
       let r =
         match tcb.rate with
         | Some r -> r

@@ -144,8 +144,9 @@ module type S = sig
     mutable rtt_time : Time.t;
     (* Congestion control. *)
     cc : Tcp_cc.t;
+    bbr : Tcp_bbr.t option;  (** [cc]'s state when it is BBR: rate samples and pacing *)
     mutable rate : Tcp_rate.t option;
-        (** delivery-rate records, made at the first segment sent if [cc] takes rate samples *)
+        (** delivery-rate records, made at the first segment sent if [bbr] is there *)
     mutable pace_next : Time.t;  (** when pacing lets the next data segment go *)
     mutable t_pace : Time.t;  (** the pacing timer *)
     mutable dupacks : int;

@@ -6,6 +6,7 @@ let () =
     [
       ("units", Test_units.tests);
       ("decisions", Test_decisions.tests);
+      ("bbr", Test_bbr.tests);
       ("harden", Test_harden.tests);
       ("script", Test_scripts.tests);
       ("transfer", Test_transfer.tests);
@@ -14,5 +15,4 @@ let () =
       ("stacks", Test_stacks.tests);
       ("rack", Test_rack.tests);
       ("pmtu", Test_pmtu.tests);
-      ("bbr", Test_bbr.tests);
     ]
