@@ -3,7 +3,10 @@
 
 open Cmdliner
 
-let run bytes loss buffer reorder duplicate rate delay seed sack timestamps congestion debug =
+(* The sender's congestion control, from --cc (set before [run] runs). *)
+let congestion = ref Tcp.Cubic
+
+let run bytes loss buffer reorder duplicate rate delay seed sack timestamps debug =
   Consort.Iovec.set_checked false;
   Logs.set_reporter (Logs_fmt.reporter ());
   if debug then Logs.set_level (Some Logs.Debug);
@@ -14,7 +17,7 @@ let run bytes loss buffer reorder duplicate rate delay seed sack timestamps cong
       receive_buffer = buffer;
       sack;
       timestamps;
-      congestion;
+      congestion = !congestion;
     }
   in
   let impairments =
@@ -47,12 +50,17 @@ let () =
       $ i "rate" 0 "bottleneck bytes/s (0: none)"
       $ i "delay" 1000 "one-way delay, us"
       $ i "seed" 1 "seed" $ b "sack" true "SACK" $ b "timestamps" true "timestamps"
+      $ Arg.(value & flag & info [ "debug" ] ~doc:"debug logs"))
+  in
+  let set_cc =
+    Term.(
+      const (fun c -> congestion := c)
       $ Arg.(
           value
           & opt
               (enum [ ("cubic", Tcp.Cubic); ("newreno", Tcp.New_reno); ("bbr", Tcp.Bbr) ])
               Tcp.Cubic
-          & info [ "cc" ] ~doc:"the sender's congestion control")
-      $ Arg.(value & flag & info [ "debug" ] ~doc:"debug logs"))
+          & info [ "cc" ] ~doc:"the sender's congestion control"))
   in
-  exit (Cmd.eval (Cmd.v (Cmd.info "tcp_transfer") term))
+  (* [set_cc] is evaluated first: the choice is made when [run] runs. *)
+  exit (Cmd.eval (Cmd.v (Cmd.info "tcp_transfer") Term.(const (fun () () -> ()) $ set_cc $ term)))
