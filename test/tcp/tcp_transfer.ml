@@ -1,10 +1,10 @@
 (* Runs one verified transfer between two TCP stacks over the in-memory
    network and prints its figures. *)
 
-open Cmdliner
-
 (* The sender's congestion control, from --cc (set before [run] runs). *)
 let congestion = ref Tcp.Cubic
+
+open Cmdliner
 
 let run bytes loss buffer reorder duplicate rate delay seed sack timestamps debug =
   Consort.Iovec.set_checked false;
