@@ -40,6 +40,7 @@ bench: build
 	@echo; ./_build/default/bin/main.exe bench rtt --seal --count 2000 --json
 	@echo; ./_build/default/bin/main.exe bench tcp
 	@echo; ./_build/default/bin/main.exe bench tcp --impair loss=2%,reorder=5%,delay=1ms --save bench/results
+	@hcc=$$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null); if [ "$$hcc" = bbr ]; then echo; ./_build/default/bin/main.exe bench tcp --impair loss=2%,reorder=5%,delay=1ms --kernel-cc bbr --consort-cc bbr --save bench/results; fi
 	@hcc=$$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null); if [ -n "$$hcc" ] && [ "$$hcc" != cubic ]; then echo; ./_build/default/bin/main.exe bench tcp --impair loss=2%,reorder=5%,delay=1ms --kernel-cc "$$hcc" --save bench/results; fi
 	@echo; ./_build/default/bin/main.exe bench rpc --save bench/results
 	@echo; ./_build/default/bin/main.exe bench fs --json

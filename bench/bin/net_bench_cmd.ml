@@ -3,7 +3,7 @@ module B = Consort_net_bench.Tcp_bench
 module I = Consort_net_bench.Tcp_impair_bench
 
 (* [consort bench tcp --impair SPEC]: through the impairment relay. *)
-let tcp_impair impair bytes seconds mtu buffer kernel_cc save =
+let tcp_impair impair bytes seconds mtu buffer kernel_cc consort_cc save =
   let d = I.default in
   let cfg =
     {
@@ -14,6 +14,7 @@ let tcp_impair impair bytes seconds mtu buffer kernel_cc save =
       buffer;
       ipv6 = true;
       kernel_cc;
+      consort_cc;
     }
   in
   match (I.check_spec impair, Option.bind save Consort_cli.unwritable_dir) with
@@ -61,11 +62,11 @@ let tcp_impair impair bytes seconds mtu buffer kernel_cc save =
                   Fmt.epr "consort bench tcp: --save %s: %s@." dir m;
                   2)))
 
-let tcp impair save bytes seconds rr_size rr_count mtu buffer rounds kernel_cc verbose =
+let tcp impair save bytes seconds rr_size rr_count mtu buffer rounds kernel_cc consort_cc verbose =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some (if verbose then Logs.Info else Logs.Warning));
   match impair with
-  | Some spec -> tcp_impair spec bytes seconds mtu buffer kernel_cc save
+  | Some spec -> tcp_impair spec bytes seconds mtu buffer kernel_cc consort_cc save
   | None -> (
       let bytes = Option.value bytes ~default:B.default.bytes in
       let seconds = Option.value seconds ~default:B.default.seconds in
@@ -156,6 +157,15 @@ let cmd =
             "With $(b,--impair): the congestion control of the kernel's senders (TCP_CONGESTION), \
              Linux's own default unless given, whatever the host's default is.")
   in
+  let consort_cc =
+    Arg.(
+      value
+      & opt (enum I.consort_ccs) I.default.consort_cc
+      & info [ "consort-cc" ] ~docv:"NAME"
+          ~doc:
+            "With $(b,--impair): the congestion control of Consort's sender: $(b,cubic) (the \
+             stack's default), $(b,newreno) or $(b,bbr).")
+  in
   let verbose = Arg.(value & flag & info [ "verbose"; "v" ] ~doc:"Log the stack's counters.") in
   Cmd.v
     (Consort_cli.info ~path:"bench tcp" "tcp"
@@ -165,7 +175,7 @@ let cmd =
           and removes its own namespaces and devices).")
     Term.(
       const tcp $ impair $ save $ bytes $ seconds $ rr_size $ rr_count $ mtu $ buffer $ rounds
-      $ kernel_cc $ verbose)
+      $ kernel_cc $ consort_cc $ verbose)
 
 module S = Consort_net_bench.Tcp_sim_bench
 

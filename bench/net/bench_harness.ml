@@ -184,13 +184,14 @@ module type TCP4 = sig
   val tcp : T.t
 end
 
-let tcp_config ~buffer = { Tcp.default_config with send_buffer = buffer; receive_buffer = buffer }
+let tcp_config ?(congestion = Tcp.default_config.congestion) ~buffer () =
+  { Tcp.default_config with send_buffer = buffer; receive_buffer = buffer; congestion }
 
 let tcp_created = function
   | Ok t -> t
   | Error e -> fail "TCP: %s" (Fmt.str "%a" Protocol.pp_error e)
 
-let tcp4 ~local ~seed ~buffer (up : Up.t) : (module TCP4) =
+let tcp4 ?congestion ~local ~seed ~buffer (up : Up.t) : (module TCP4) =
   let module P = struct
     type host = Ipv4_addr.t
     type lower_address = Ipv4.address
@@ -207,7 +208,7 @@ let tcp4 ~local ~seed ~buffer (up : Up.t) : (module TCP4) =
     let pool = up.pool
   end in
   let module T = Tcp.Make (Ipv4.Df (Ipstack.Ip)) (P) in
-  let tcp = tcp_created (T.create ~config:(tcp_config ~buffer) up.stack.ip) in
+  let tcp = tcp_created (T.create ~config:(tcp_config ?congestion ~buffer ()) up.stack.ip) in
   (module struct
     module T = T
     module Sock = Socket.Make (T)

@@ -132,15 +132,23 @@ module type TCP4 = sig
   val tcp : T.t
 end
 
-val tcp_config : buffer:int -> Consort_net.Tcp.config
-(** Consort's TCP configuration with send and receive buffers of [buffer] bytes. *)
+val tcp_config :
+  ?congestion:Consort_net.Tcp.congestion -> buffer:int -> unit -> Consort_net.Tcp.config
+(** Consort's TCP configuration with send and receive buffers of [buffer] bytes and the congestion
+    control [congestion] (the stack's default unless given). *)
 
 val tcp_created : ('a, Consort_net.Protocol.error) result -> 'a
 (** The TCP instance made, or {!Failed} with why not. *)
 
-val tcp4 : local:string -> seed:int -> buffer:int -> Consort_net_unix.Up.t -> (module TCP4)
+val tcp4 :
+  ?congestion:Consort_net.Tcp.congestion ->
+  local:string ->
+  seed:int ->
+  buffer:int ->
+  Consort_net_unix.Up.t ->
+  (module TCP4)
 (** Consort's TCP over IPv4 at address [local] on the stack, its send and receive buffers of
-    [buffer] bytes, its random numbers from [seed]. *)
+    [buffer] bytes, its random numbers from [seed], its congestion control [congestion]. *)
 
 (** {1 A run} *)
 

@@ -17,6 +17,7 @@ type config = {
   buffer : int;
   ipv6 : bool;
   kernel_cc : string;
+  consort_cc : Tcp.congestion;
 }
 
 let default =
@@ -28,7 +29,10 @@ let default =
     buffer = 1 lsl 20;
     ipv6 = true;
     kernel_cc = "cubic";
+    consort_cc = Tcp.default_config.congestion;
   }
+
+let consort_ccs = [ ("cubic", Tcp.Cubic); ("newreno", Tcp.New_reno); ("bbr", Tcp.Bbr) ]
 
 type relay = {
   frames : int;
@@ -408,7 +412,9 @@ end
 let params (up : Up.t) = (Consort_net_unix.Loop_clock.of_loop up.loop, up.pool)
 
 let tcp4 (cfg : config) (up : Up.t) : (module TCP) =
-  let (module N) = H.tcp4 ~local:v4.ours ~seed:4244 ~buffer:cfg.buffer up in
+  let (module N) =
+    H.tcp4 ~congestion:cfg.consort_cc ~local:v4.ours ~seed:4244 ~buffer:cfg.buffer up
+  in
   (module struct
     include N
 
@@ -435,7 +441,10 @@ let tcp6 (cfg : config) (up : Up.t) : (module TCP) =
   end in
   let module T = Tcp.Make (Ipstack.Ip6) (P) in
   let tcp =
-    H.tcp_created (T.create ~config:(H.tcp_config ~buffer:cfg.buffer) ~icmp:Tcp_icmp.of_ipv6 ip6)
+    H.tcp_created
+      (T.create
+         ~config:(H.tcp_config ~congestion:cfg.consort_cc ~buffer:cfg.buffer ())
+         ~icmp:Tcp_icmp.of_ipv6 ip6)
   in
   (module struct
     module T = T
@@ -661,8 +670,8 @@ let pp_table ppf r =
   Fmt.pf ppf "TCP through the impairment relay (%s): %d MB per transfer, SHA-256 checked, MTU %d@."
     r.config.impair (r.config.bytes / 1_000_000) r.config.mtu;
   Fmt.pf ppf "relay: %s@." r.spec;
-  Fmt.pf ppf "kernel senders: %s (TCP_CONGESTION; the host's default: %s)@." r.config.kernel_cc
-    r.host_cc;
+  Fmt.pf ppf "kernel senders: %s (TCP_CONGESTION; the host's default: %s); Consort's: %a@."
+    r.config.kernel_cc r.host_cc Tcp.pp_congestion r.config.consort_cc;
   Fmt.pf ppf "%-30s %9s %9s %12s %9s %6s@." "transfer" "Mbit/s" "/ kernel" "retransmits" "timeouts"
     "undos";
   List.iter
@@ -701,7 +710,8 @@ let to_json r =
       f.kernel_relay.max_frame
   in
   Printf.sprintf
-    "{\"bench\":\"tcp-impair\",\"impair\":%S,\"bytes\":%d,\"mtu\":%d,\"kernel_cc\":%S,\"host_cc\":%S,%s,\"target_met\":%b}"
+    "{\"bench\":\"tcp-impair\",\"impair\":%S,\"bytes\":%d,\"mtu\":%d,\"kernel_cc\":%S,\"host_cc\":%S,\"consort_cc\":%S,%s,\"target_met\":%b}"
     r.config.impair r.config.bytes r.config.mtu r.config.kernel_cc r.host_cc
+    (Fmt.str "%a" Tcp.pp_congestion r.config.consort_cc)
     (String.concat "," (List.map fam r.families))
     (meets_target r)

@@ -25,7 +25,11 @@ type config = {
   buffer : int;  (** Consort's TCP send and receive buffers, bytes *)
   ipv6 : bool;  (** over IPv6 too *)
   kernel_cc : string;  (** the kernel senders' congestion control (TCP_CONGESTION) *)
+  consort_cc : Consort_net.Tcp.congestion;  (** Consort's sender's congestion control *)
 }
+
+val consort_ccs : (string * Consort_net.Tcp.congestion) list
+(** Consort's congestion controls by name: cubic, newreno, bbr. *)
 
 val default : config
 (** [loss=2%,reorder=5%,delay=1ms], 100 MB within 300 s, MTU 1500, 1 MiB buffers, IPv4 and IPv6,

@@ -589,7 +589,7 @@ struct
                 tcb.inst.counters.c_dsack_in <- tcb.inst.counters.c_dsack_in + 1;
                 dsack_undo tcb ~smss l r
             | _ -> ());
-            if rack_on tcb then
+            if rack_on tcb || tcb.bbr <> None then
               newly := Tcp_sack.newly tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs;
             (Tcp_sack.update tcb.sack ~una:tcb.snd_una ~high:tcb.snd_max bs, true)
         | None -> (0, false)
@@ -703,7 +703,16 @@ struct
         tcb.t_persist <- never;
         tcb.persist_backoff <- 0
       end
-    end
+    end;
+    (* A rate sample for BBR, after loss detection. *)
+    match tcb.rate with
+    | Some r when advanced || newly_sacked > 0 -> (
+        let total = Tcp_seq.sub tcb.snd_una tcb.iss + Tcp_sack.sacked_bytes tcb.sack in
+        let inflight = if rack_on tcb then Tcp_rack.pipe tcb.rack else flight tcb in
+        match Tcp_rate.ack r ~una:tcb.snd_una ~newly:!newly ~total ~inflight ~now:(now ()) with
+        | Some rs -> Option.iter (fun b -> Tcp_bbr.on_rate b rs ~smss) tcb.bbr
+        | None -> ())
+    | _ -> ()
 
   (* {2 The protocol signature} *)
 

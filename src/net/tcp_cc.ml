@@ -162,9 +162,12 @@ end
 
 type t = T : (module S with type t = 'a) * 'a -> t
 
+let of_bbr b = T ((module Tcp_bbr), b)
+
 let create = function
   | Tcp_types.New_reno -> T ((module New_reno), New_reno.create ())
   | Cubic -> T ((module Cubic), Cubic.create ())
+  | Bbr -> of_bbr (Tcp_bbr.create ())
 
 let name (T ((module M), _)) = M.name
 let cwnd (T ((module M), s)) = M.cwnd s

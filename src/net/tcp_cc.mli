@@ -1,6 +1,7 @@
 (** Congestion control behind one signature, driven by the connection's loss recovery: NewReno (RFC
-    5681, RFC 6582) and CUBIC (RFC 9438). Windows are in bytes. Fast recovery itself (which segments
-    go when) is the connection's; an algorithm only sets the windows. *)
+    5681, RFC 6582) and CUBIC (RFC 9438); and BBR ({!Tcp_bbr}), which the connection also gives rate
+    samples and paces by. Windows are in bytes. Fast recovery itself (which segments go when) is the
+    connection's; an algorithm only sets the windows. *)
 
 module type S = sig
   type t
@@ -47,6 +48,11 @@ type t
 (** An instance of one of the algorithms. *)
 
 val create : Tcp_types.congestion -> t
+
+val of_bbr : Tcp_bbr.t -> t
+(** The algorithm of a BBR state the connection also keeps, to give it rate samples and take its
+    pacing rate. *)
+
 val name : t -> string
 val cwnd : t -> int
 val ssthresh : t -> int

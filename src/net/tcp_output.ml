@@ -123,8 +123,46 @@ module Make (B : Tcp_tcb.S) = struct
       | Some n -> max 1 n * smss
       | None -> if smss > 2190 then 2 * smss else if smss > 1095 then 3 * smss else 4 * smss
 
+  (* Pacing (BBR): a data segment of [len] bytes went; the next may go
+     [len] / rate later. Sending late (a timer fires when it can) earns a
+     credit of up to a millisecond of data, or two segments, sent at once,
+     as Linux's pacing sends up to a millisecond of data together. *)
+  let pacing_rate tcb = match tcb.bbr with Some b -> Tcp_bbr.pacing_rate b | None -> 0
+
+  let pace_sent tcb len =
+    let rate = pacing_rate tcb in
+    if rate > 0 && len > 0 then begin
+      let n = now () in
+      let credit = max (Time.of_ms 1) (2 * smss tcb * 1_000_000_000 / rate) in
+      tcb.pace_next <- max tcb.pace_next (n - credit) + (len * 1_000_000_000 / rate)
+    end
+
+  (* Whether pacing holds the next data segment back (its timer armed). *)
+  let paced tcb =
+    pacing_rate tcb > 0
+    && tcb.pace_next > now ()
+    &&
+    (tcb.t_pace <- tcb.pace_next;
+     true)
+
+  (* Delivery-rate records (draft-cheng-iccrg-delivery-rate-estimation)
+     for a congestion control that takes rate samples. *)
+  let rate_sent tcb ~seq ~seg_end ~idle =
+    if tcb.bbr <> None && Tcp_seq.gt seg_end seq then begin
+      let r =
+        match tcb.rate with
+        | Some r -> r
+        | None ->
+            let r = Tcp_rate.create () in
+            tcb.rate <- Some r;
+            r
+      in
+      Tcp_rate.sent r ~seq ~end_:seg_end ~now:(now ()) ~idle
+    end
+
   (* Send a data segment (new or retransmitted) starting at [seq]. *)
   let send_data ?(probe = false) tcb ~seq ~len =
+    let idle = Tcp_seq.equal tcb.snd_una tcb.snd_max in
     (* RFC 5681 section 4.1: after an idle period longer than the RTO,
        start again from the initial window. *)
     if
@@ -159,7 +197,9 @@ module Make (B : Tcp_tcb.S) = struct
     end;
     if rack_on tcb && Tcp_seq.gt seg_end seq then
       Tcp_rack.sent ~fin tcb.rack ~seq ~end_:seg_end ~now:(now ());
+    rate_sent tcb ~seq ~seg_end ~idle;
     emit tcb ~fin ~seq ~len;
+    pace_sent tcb len;
     if tcb.t_rtx = never then restart_rtx tcb;
     if fresh && not probe then arm_tlp tcb;
     seg_end
@@ -316,7 +356,8 @@ module Make (B : Tcp_tcb.S) = struct
         let continue = ref true and n = ref 0 and force = ref force in
         while !continue && !n < 10_000 do
           incr n;
-          if tcb.in_recovery && tcb.sack_ok then begin
+          if (not !force) && paced tcb then continue := false
+          else if tcb.in_recovery && tcb.sack_ok then begin
             let rack = rack_on tcb in
             let pipe =
               if rack then Tcp_rack.pipe tcb.rack
@@ -374,6 +415,15 @@ module Make (B : Tcp_tcb.S) = struct
           end;
           force := false
         done;
+        (* Nothing more to send though the window allows: the rate samples
+           until what is in flight is delivered are application-limited. *)
+        (match tcb.rate with
+        | Some r
+          when (not tcb.in_recovery)
+               && Tcp_seq.geq tcb.snd_nxt (data_end tcb)
+               && flight tcb < Tcp_cc.cwnd tcb.cc ->
+            Tcp_rate.app_limited r ~inflight:(flight tcb)
+        | _ -> ());
         (* Persist: data waits, nothing is in flight, and the window (or
            sender SWS avoidance) keeps it back. *)
         let avail = Tcp_seq.sub (data_end tcb) tcb.snd_nxt in

@@ -166,6 +166,11 @@ struct
     mutable rtt_time : Time.t;
     (* Congestion control. *)
     cc : Tcp_cc.t;
+    bbr : Tcp_bbr.t option;  (** [cc]'s state when it is BBR: rate samples and pacing *)
+    mutable rate : Tcp_rate.t option;
+        (** delivery-rate records, made at the first segment sent if [bbr] is there *)
+    mutable pace_next : Time.t;  (** when pacing lets the next data segment go *)
+    mutable t_pace : Time.t;  (** the pacing timer *)
     mutable dupacks : int;
     mutable recover : Tcp_seq.t;
     mutable in_recovery : bool;
@@ -522,6 +527,9 @@ struct
     let iss = match iss with Some i -> i | None -> gen_isn t ~remote ~rport ~lport in
     let lower_max = lower_max_packet lconn in
     let rcv_mss = rcv_mss_for cfg lower_max in
+    let bbr =
+      match cfg.congestion with Bbr -> Some (Tcp_bbr.create ()) | New_reno | Cubic -> None
+    in
     let tcb =
       {
         inst = t;
@@ -581,7 +589,11 @@ struct
         rto = Tcp_rto.create ~initial:cfg.initial_rto ~min:cfg.min_rto ~max:cfg.max_rto;
         rtt_seq = None;
         rtt_time = 0;
-        cc = Tcp_cc.create cfg.congestion;
+        cc = (match bbr with Some b -> Tcp_cc.of_bbr b | None -> Tcp_cc.create cfg.congestion);
+        bbr;
+        rate = None;
+        pace_next = 0;
+        t_pace = never;
         dupacks = 0;
         recover = iss;
         in_recovery = false;

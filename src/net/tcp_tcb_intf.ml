@@ -144,6 +144,11 @@ module type S = sig
     mutable rtt_time : Time.t;
     (* Congestion control. *)
     cc : Tcp_cc.t;
+    bbr : Tcp_bbr.t option;  (** [cc]'s state when it is BBR: rate samples and pacing *)
+    mutable rate : Tcp_rate.t option;
+        (** delivery-rate records, made at the first segment sent if [bbr] is there *)
+    mutable pace_next : Time.t;  (** when pacing lets the next data segment go *)
+    mutable t_pace : Time.t;  (** the pacing timer *)
     mutable dupacks : int;
     mutable recover : Tcp_seq.t;
     mutable in_recovery : bool;

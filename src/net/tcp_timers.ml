@@ -148,6 +148,7 @@ module Make (B : Tcp_tcb.S) = struct
           tcb.ack_now <- true
         end;
         if tcb.alive && tcb.t_keep <= n then keepalive_expired tcb;
+        if tcb.t_pace <= n then tcb.t_pace <- never;
         if tcb.alive then output tcb
       end;
       flush tcb.inst
@@ -163,6 +164,7 @@ module Make (B : Tcp_tcb.S) = struct
           (min tcb.t_persist
              (min tcb.t_delack (min tcb.t_keep (min tcb.t_2msl (min tcb.t_tlp tcb.t_reo)))))
       in
+      let d = min d tcb.t_pace in
       if d < tcb.armed then begin
         tcb.alarm_cancel ();
         tcb.alarm_gen <- tcb.alarm_gen + 1;

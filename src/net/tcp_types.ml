@@ -37,11 +37,12 @@ let pp_status ppf = function
   | Closed_normally -> Fmt.string ppf "closed"
   | Failed e -> Fmt.pf ppf "failed: %a" Protocol.pp_error e
 
-type congestion = New_reno | Cubic
+type congestion = New_reno | Cubic | Bbr
 
 let pp_congestion ppf = function
   | New_reno -> Fmt.string ppf "newreno"
   | Cubic -> Fmt.string ppf "cubic"
+  | Bbr -> Fmt.string ppf "bbr"
 
 type keepalive = { idle : Time.t; interval : Time.t; probes : int }
 

@@ -27,8 +27,9 @@ type status =
 
 val pp_status : status Fmt.t
 
-(** Congestion control: NewReno (RFC 5681, RFC 6582) or CUBIC (RFC 9438). *)
-type congestion = New_reno | Cubic
+(** Congestion control: NewReno (RFC 5681, RFC 6582), CUBIC (RFC 9438) or BBR v1 (model-based,
+    paced: {!Tcp_bbr}). *)
+type congestion = New_reno | Cubic | Bbr
 
 val pp_congestion : congestion Fmt.t
 
@@ -58,8 +59,8 @@ type config = {
       (** challenge ACKs per second and connection (RFC 5961 section 7), at most; each second's
           budget is drawn between half of it and it *)
   congestion : congestion;
-      (** of connections opened from now on; [Cubic] by default, as in Linux ([New_reno] can be
-          chosen) *)
+      (** of connections opened from now on; [Cubic] by default, as in Linux ([New_reno] or [Bbr]
+          can be chosen) *)
   rack : bool;
       (** RACK-TLP (RFC 8985) on connections with SACK: time-based loss detection and tail loss
           probes; off, loss is detected by duplicate ACKs (RFC 6675) and tail losses wait for the

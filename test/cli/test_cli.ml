@@ -179,6 +179,7 @@ let cases : (string list * string list * (string list * int) list) list =
         ([ "--impair"; "colour=red" ], 2);
         ([ "--impair"; "loss=2" ], 2);
         ([ "--impair"; "loss=2%"; "--save"; missing ], 2);
+        ([ "--impair"; "loss=2%"; "--consort-cc"; "fast" ], 124);
       ] );
     ([ "bench"; "tcp-sim" ], [], [ ([ "--connections"; "0" ], 124) ]);
     ( [ "bench"; "throughput" ],

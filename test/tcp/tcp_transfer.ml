@@ -1,6 +1,9 @@
 (* Runs one verified transfer between two TCP stacks over the in-memory
    network and prints its figures. *)
 
+(* The sender's congestion control, from --cc (set before [run] runs). *)
+let congestion = ref Tcp.Cubic
+
 open Cmdliner
 
 let run bytes loss buffer reorder duplicate rate delay seed sack timestamps debug =
@@ -8,7 +11,14 @@ let run bytes loss buffer reorder duplicate rate delay seed sack timestamps debu
   Logs.set_reporter (Logs_fmt.reporter ());
   if debug then Logs.set_level (Some Logs.Debug);
   let config =
-    { Tcp.default_config with send_buffer = buffer; receive_buffer = buffer; sack; timestamps }
+    {
+      Tcp.default_config with
+      send_buffer = buffer;
+      receive_buffer = buffer;
+      sack;
+      timestamps;
+      congestion = !congestion;
+    }
   in
   let impairments =
     {
@@ -42,4 +52,15 @@ let () =
       $ i "seed" 1 "seed" $ b "sack" true "SACK" $ b "timestamps" true "timestamps"
       $ Arg.(value & flag & info [ "debug" ] ~doc:"debug logs"))
   in
-  exit (Cmd.eval (Cmd.v (Cmd.info "tcp_transfer") term))
+  let set_cc =
+    Term.(
+      const (fun c -> congestion := c)
+      $ Arg.(
+          value
+          & opt
+              (enum [ ("cubic", Tcp.Cubic); ("newreno", Tcp.New_reno); ("bbr", Tcp.Bbr) ])
+              Tcp.Cubic
+          & info [ "cc" ] ~doc:"the sender's congestion control"))
+  in
+  (* [set_cc] is evaluated first: the choice is made when [run] runs. *)
+  exit (Cmd.eval (Cmd.v (Cmd.info "tcp_transfer") Term.(const (fun () () -> ()) $ set_cc $ term)))

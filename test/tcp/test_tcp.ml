@@ -6,6 +6,7 @@ let () =
     [
       ("units", Test_units.tests);
       ("decisions", Test_decisions.tests);
+      ("bbr", Test_bbr.tests);
       ("harden", Test_harden.tests);
       ("script", Test_scripts.tests);
       ("transfer", Test_transfer.tests);
