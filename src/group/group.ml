@@ -1,7 +1,7 @@
 open Consort
 module Log = Group_log.Log
 
-type view_info = {
+type view_info = Group_view.info = {
   vid : string;
   ltime : int;
   members : string array;
@@ -105,8 +105,7 @@ let pp_join_error ppf = function
   | Cannot_open e -> Fmt.pf ppf "cannot open the member's address: %a" Transport.pp_error e
   | Cannot_join_discovery e -> Fmt.pf ppf "cannot join the discovery group: %a" Transport.pp_error e
 
-let pp_view_info ppf v =
-  Fmt.pf ppf "view %s [%a] rank %d" v.vid Fmt.(array ~sep:comma string) v.members v.rank
+let pp_view_info = Group_view.pp_info
 
 module Side = Side
 
@@ -193,18 +192,7 @@ module Make (T : Transport.S) = struct
     let of_string = T.address_of_string
   end)
 
-  type cur = {
-    view : View.t;
-    info : view_info;
-    addrs : T.address array;
-    pubs : string array; (* the members' public keys (Rekey), by rank *)
-    ep : Ep.Binding.t; (* the view's stack, bound to the member's connection *)
-    suspected : bool array;
-    reasons : (int, string) Hashtbl.t; (* why each suspected member is *)
-    mutable reported : (int * int list * int list * string) option;
-        (* the flush round this member last reported to: coordinator,
-           excluded, leaving *)
-  }
+  module V = Group_view
 
   (* Pauses of this process (its periodic work late), and what it learns after one. *)
   type pause = {
@@ -256,9 +244,10 @@ module Make (T : Transport.S) = struct
     app : app; (* the application's callbacks *)
     discovery : T.address option; (* a multicast group all members joined *)
     mb : Mb.t;
-        (* the membership kernel: discovery, merge and absorb, the views this member announces
-           ({!Membership}) *)
-    mutable cur : cur option;
+        (* the membership kernel: the current view, discovery, merge and absorb, the views this
+           member announces ({!Membership}) *)
+    mutable ep : Ep.Binding.t option;
+        (* the current view's stack, bound to the member's connection *)
     mutable blocked : bool;
     queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
@@ -282,6 +271,11 @@ module Make (T : Transport.S) = struct
   }
 
   let conn t = Lazy.force t.conn
+
+  (* The current view ({!Group_view}, held by the kernel) and its stack. *)
+  let cur t = Mb.current t.mb
+  let current t = match (Mb.current t.mb, t.ep) with Some c, Some ep -> Some (c, ep) | _ -> None
+  let is_current t c = match Mb.current t.mb with Some c' -> c == c' | None -> false
   let me t = t.me.eid
   let primary t = Group_primary.quorum t.quorum
   let now t = T.now t.tr
@@ -301,7 +295,7 @@ module Make (T : Transport.S) = struct
      checks comes from there), while that is open; anyone else, the
      current one. *)
   let conn_for t dst =
-    Mv.conn_for t.mv ~view:(Option.map (fun c -> (c.view, c.addrs)) t.cur) ~conn:(conn t) dst
+    Mv.conn_for t.mv ~view:(Option.map (fun c -> (V.view c, V.addrs c)) (cur t)) ~conn:(conn t) dst
 
   (* To a member that has not acknowledged this member's move, from both
      addresses: it may know either (its acknowledgement may be on its way,
@@ -331,13 +325,7 @@ module Make (T : Transport.S) = struct
 
   (* {1 The current stack} *)
 
-  let coordinator_rank c =
-    let n = Array.length c.suspected in
-    let rec go r = if r >= n then c.view.View.rank else if c.suspected.(r) then go (r + 1) else r in
-    go 0
-
-  let is_coordinator t =
-    match t.cur with Some c -> coordinator_rank c = c.view.View.rank | None -> false
+  let is_coordinator t = match cur t with Some c -> V.is_coordinator c | None -> false
 
   (* Counters summed layer by layer, name by name, in first-seen order. *)
   let add_counters a b =
@@ -358,11 +346,11 @@ module Make (T : Transport.S) = struct
 
   (* Bottom's counters are all drops by reason; other layers' include
      gauges of the view (a window, a round), which do not add up. *)
-  let stop_stack t c =
+  let stop_stack t ep =
     t.past <-
       add_counters t.past
-        (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
-    Ep.Binding.stop c.ep
+        (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack ep)));
+    Ep.Binding.stop ep
 
   let stack_error t e =
     let key =
@@ -394,10 +382,11 @@ module Make (T : Transport.S) = struct
   (* {1 Moves} *)
 
   let send_moves t =
-    match t.cur with
+    match cur t with
     | Some c ->
-        Mv.send_moves t.mv ~now:(now t) ~view:(c.view, c.addrs) ~addr:t.me.addr
-          ~send:(migrate_send t)
+        Mv.send_moves t.mv ~now:(now t)
+          ~view:(V.view c, V.addrs c)
+          ~addr:t.me.addr ~send:(migrate_send t)
     | None -> ()
 
   (* While a view change is under way, members of other partitions may
@@ -411,12 +400,12 @@ module Make (T : Transport.S) = struct
       ~switch:(fun oc local ->
         t.conn <- Lazy.from_val oc;
         t.me <- { t.me with addr = T.address_to_string local })
-      ~members:(Option.map (fun c -> c.view.View.members) t.cur)
+      ~members:(Option.map V.members (cur t))
       oc;
-    match t.cur with
-    | Some c ->
-        Ep.Binding.set_conn c.ep oc;
-        Ep.Binding.set_addr c.ep c.view.View.rank (B.query oc).B.local;
+    match current t with
+    | Some (c, ep) ->
+        Ep.Binding.set_conn ep oc;
+        Ep.Binding.set_addr ep (V.rank c) (B.query oc).B.local;
         send_moves t
     | None -> ()
 
@@ -427,25 +416,7 @@ module Make (T : Transport.S) = struct
     | None -> false
 
   (* The current view as the membership kernel sees it. *)
-  let ctx t c =
-    {
-      Mb.now = now t;
-      me = t.me;
-      view = c.view;
-      addrs = c.addrs;
-      pubs = c.pubs;
-      coord = coordinator_rank c;
-      blocked = t.blocked;
-      resumed = recently_resumed t;
-      gone =
-        (fun r ->
-          c.suspected.(r)
-          ||
-          match c.reported with
-          | Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv
-          | None -> false);
-      reported = c.reported;
-    }
+  let ctx t c = Mb.context ~now:(now t) ~me:t.me ~blocked:t.blocked ~resumed:(recently_resumed t) c
 
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
@@ -472,49 +443,19 @@ module Make (T : Transport.S) = struct
           Mv.addresses t.mv ~rank ~members:(List.map (fun (m : Side.member) -> m.eid) members) addrs;
           let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
           Mb.learn t.mb ~me:t.me.eid members;
-          let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
-          let old = t.cur in
+          let old = cur t in
           Mv.install t.mv
-            ~prev_vid:(match old with Some c -> c.view.View.id | None -> "")
+            ~prev_vid:(match old with Some c -> V.id c | None -> "")
             ~eids ~stale ~at_old_addr:(List.nth members rank).addr ~conn:(conn t);
           Group_primary.end_view t.quorum;
-          Group_evs.view_change t.evs
-            ~ending:(Option.map (fun c -> c.view) old)
-            ~next:vid ~members:eids;
+          Group_evs.view_change t.evs ~ending:(Option.map V.view old) ~next:vid ~members:eids;
           (* The old stack goes first: its buffers are released now. *)
-          Option.iter (stop_stack t) old;
+          Option.iter (stop_stack t) t.ep;
           Group_rekey.activate t.rekey ~vid key;
           t.counts.views <- t.counts.views + 1;
           Option.iter Xfer.end_view t.xfer;
-          let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
-          let info =
-            {
-              vid;
-              ltime;
-              members = eids;
-              rank;
-              coordinator = eids.(0);
-              joined = List.filter (fun e -> not (List.mem e before)) (Array.to_list eids);
-              left = List.filter (fun e -> not (Array.mem e eids)) before;
-              why =
-                (match old with
-                | None -> []
-                | Some c ->
-                    List.filter_map
-                      (fun (r, e) ->
-                        if Array.mem e eids then None
-                        else
-                          Some
-                            ( e,
-                              match Hashtbl.find_opt c.reasons r with
-                              | Some why -> "excluded: " ^ why
-                              | None -> (
-                                  match c.reported with
-                                  | Some (_, _, leaving, _) when List.mem r leaving -> "left"
-                                  | _ -> "not in the next view") ))
-                      (List.mapi (fun r e -> (r, e)) before));
-            }
-          in
+          let c = V.create ~group:t.group ~vid ~ltime ~members ~rank ~addrs ~previous:old in
+          let info = V.info c in
           let cell = ref None in
           let app =
             {
@@ -528,26 +469,15 @@ module Make (T : Transport.S) = struct
                 (Params.set Bottom.stack_param
                    (Params.String (Stack_id.digest (Group_switch.sid t.sw)))
                    (Group_switch.params t.sw))
-              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng)
+              ~pool:t.pool t.tr (conn t) ~view:(V.view c) ~addrs ~rng:(Rng.split t.rng)
               ~layers:(Group_switch.layers t.sw) ~app ()
           with
           | Error e ->
               Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
           | Ok ep ->
-              let c =
-                {
-                  view;
-                  info;
-                  addrs;
-                  pubs = Array.of_list (List.map (fun (m : Side.member) -> m.pub) members);
-                  ep;
-                  suspected = Array.make (Array.length eids) false;
-                  reasons = Hashtbl.create 4;
-                  reported = None;
-                }
-              in
               cell := Some c;
-              t.cur <- Some c;
+              t.ep <- Some ep;
+              Mb.set_current t.mb c;
               t.blocked <- false;
               Group_queue.set_stack_flow t.queue false;
               Mb.installed t.mb;
@@ -580,12 +510,11 @@ module Make (T : Transport.S) = struct
 
   and flush_queue t =
     Group_queue.flush t.queue
-      ~ready:(fun () -> (not t.blocked) && (not (Group_primary.waiting t.quorum)) && t.cur <> None)
+      ~ready:(fun () -> (not t.blocked) && (not (Group_primary.waiting t.quorum)) && cur t <> None)
       (function
         | `Cast s when Group_primary.outside_primary t.quorum ->
             let why =
-              Fmt.str "view %s is not primary"
-                (match t.cur with Some c -> c.view.View.id | None -> "")
+              Fmt.str "view %s is not primary" (match cur t with Some c -> V.id c | None -> "")
             in
             Log.warn (fun m ->
                 m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
@@ -594,19 +523,19 @@ module Make (T : Transport.S) = struct
         | `Send (dst, s) -> send_now t dst s)
 
   and cast_now t s =
-    match t.cur with
-    | Some c ->
+    match current t with
+    | Some (c, ep) ->
         sent t c `Cast s;
         t.counts.sent <- t.counts.sent + 1;
-        Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
+        Ep.Binding.cast ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
   (* [len] bytes of [b] at [off], copied once, into a slice of the pool. *)
   and cast_now_bytes t b off len =
-    match t.cur with
-    | Some c ->
+    match current t with
+    | Some (c, ep) ->
         (match t.app.on_sent with
-        | Some f -> f ~vid:c.view.View.id `Cast (Bytes.sub_string b off len)
+        | Some f -> f ~vid:(V.id c) `Cast (Bytes.sub_string b off len)
         | None -> ());
         t.counts.sent <- t.counts.sent + 1;
         let body =
@@ -617,20 +546,19 @@ module Make (T : Transport.S) = struct
             [ v ]
           end
         in
-        Ep.Binding.cast c.ep (Msg.create body)
+        Ep.Binding.cast ep (Msg.create body)
     | None -> ()
 
-  and sent t c what s =
-    match t.app.on_sent with Some f -> f ~vid:c.view.View.id what s | None -> ()
+  and sent t c what s = match t.app.on_sent with Some f -> f ~vid:(V.id c) what s | None -> ()
 
   and send_now t dst s =
-    match t.cur with
-    | Some c -> (
-        match index_where (String.equal dst) (Array.to_list c.view.View.members) with
-        | Some r when r <> c.view.View.rank ->
+    match current t with
+    | Some (c, ep) -> (
+        match V.rank_of c dst with
+        | Some r when r <> V.rank c ->
             sent t c (`Send dst) s;
             t.counts.sent <- t.counts.sent + 1;
-            Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
+            Ep.Binding.send ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
             sent t c (`Send dst) s;
             t.counts.sent <- t.counts.sent + 1;
@@ -640,17 +568,15 @@ module Make (T : Transport.S) = struct
             (* Accepted while the view changed, and the destination did
                not come along into the new view. *)
             t.counts.dropped_sends <- t.counts.dropped_sends + 1;
-            Log.warn (fun m ->
-                m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
-            t.app.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
+            Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst (V.id c));
+            t.app.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst (V.id c)))
     | None -> ()
 
   and deliver t cell (src : Event.src) msg =
     match (t.app.on_bytes, t.xfer, !cell, src) with
-    | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r)
-      when match t.cur with Some c' -> c == c' | None -> false ->
+    | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r) when is_current t c ->
         let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
-        let origin = c.view.View.members.(r) in
+        let origin = (V.members c).(r) in
         (* One piece: a view of the received datagram. A message
            reassembled from fragments is in pieces: one copy. *)
         piece.n <- 0;
@@ -678,24 +604,22 @@ module Make (T : Transport.S) = struct
     t.counts.copies <- t.counts.copies + 1;
     t.counts.copied_bytes <- t.counts.copied_bytes + String.length s;
     match !cell with
-    | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
+    | Some c when not (is_current t c) -> ()
     | Some c -> (
         (match src with
         | Event.Cast_from _ | Event.Send_from _ -> t.counts.delivered <- t.counts.delivered + 1
         | Event.Raw -> ());
         match (src, t.xfer) with
-        | Event.Cast_from r, None -> t.app.cb.cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r, None -> t.app.cb.send ~origin:c.view.View.members.(r) s
-        | Event.Cast_from r, Some x ->
-            Xfer.on_app x ~vid:c.view.View.id `Cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r, Some x ->
-            Xfer.on_app x ~vid:c.view.View.id `Send ~origin:c.view.View.members.(r) s
+        | Event.Cast_from r, None -> t.app.cb.cast ~origin:(V.members c).(r) s
+        | Event.Send_from r, None -> t.app.cb.send ~origin:(V.members c).(r) s
+        | Event.Cast_from r, Some x -> Xfer.on_app x ~vid:(V.id c) `Cast ~origin:(V.members c).(r) s
+        | Event.Send_from r, Some x -> Xfer.on_app x ~vid:(V.id c) `Send ~origin:(V.members c).(r) s
         | Event.Raw, _ -> ())
     | None -> ()
 
   and ctl t cell e =
-    match !cell with
-    | Some c when match t.cur with Some c' -> c == c' | None -> false -> (
+    match (!cell, t.ep) with
+    | Some c, Some ep when is_current t c -> (
         match e with
         | Gmp.Block ->
             if not t.blocked then begin
@@ -705,17 +629,13 @@ module Make (T : Transport.S) = struct
         | Gevent.Suspect { ranks; reason } ->
             List.iter
               (fun r ->
-                if r >= 0 && r < Array.length c.suspected && not c.suspected.(r) then begin
-                  c.suspected.(r) <- true;
-                  Hashtbl.replace c.reasons r reason;
-                  Log.info (fun m ->
-                      m "%s: suspects %s: %s" t.me.eid c.view.View.members.(r) reason)
-                end)
+                if V.suspect c r reason then
+                  Log.info (fun m -> m "%s: suspects %s: %s" t.me.eid (V.members c).(r) reason))
               ranks
         | Gmp.Flushed { survivors; leavers } ->
-            run t c (Mb.handle t.mb (ctx t c) (Mb.Flushed { survivors; leavers }))
+            run t ep (Mb.handle t.mb (ctx t c) (Mb.Flushed { survivors; leavers }))
         | Gmp.Reported { coord; excluded; leaving; into } ->
-            c.reported <- Some (coord, excluded, leaving, into)
+            V.report c (coord, excluded, leaving, into)
         | Gmp.Excluded ->
             (* After a pause, a flush of its view that excludes it tells
                this member as much as gossip does. *)
@@ -724,34 +644,34 @@ module Make (T : Transport.S) = struct
                 Some
                   ( now t,
                     Printf.sprintf "view %s went on without this member (excluded): rejoining"
-                      c.view.View.id );
-            run t c (Mb.handle t.mb (ctx t c) Mb.Alone)
+                      (V.id c) );
+            run t ep (Mb.handle t.mb (ctx t c) Mb.Alone)
         | Event.Blocked b ->
             Group_queue.set_stack_flow t.queue b;
             update_flow t
         | Xfer.In { src; payload } -> Option.iter (fun x -> Xfer.on_ctl x ~src payload) t.xfer
         | e ->
             (* The view's quorum is decided (primary or not). *)
-            if Group_primary.on_ctl t.quorum ~vid:c.view.View.id ~dn_ctl:(Ep.Binding.dn_ctl c.ep) e
-            then begin
+            if Group_primary.on_ctl t.quorum ~vid:(V.id c) ~dn_ctl:(Ep.Binding.dn_ctl ep) e then begin
               flush_queue t;
               update_flow t
             end)
     | _ -> ()
 
-  (* What the membership kernel asks for, done in its order, on view [c]'s stack. *)
-  and run t c actions =
+  (* What the membership kernel asks for, done in its order, on stack [ep] (the view's when it
+     was asked). *)
+  and run t ep actions =
     List.iter
       (function
         | Mb.Send (a, m) -> side_send t a m
-        | Mb.Start_flush why -> Ep.Binding.dn_ctl c.ep (Gmp.Start_flush why)
-        | Mb.Merge_into eid -> Ep.Binding.dn_ctl c.ep (Gmp.Merge_into eid)
+        | Mb.Start_flush why -> Ep.Binding.dn_ctl ep (Gmp.Start_flush why)
+        | Mb.Merge_into eid -> Ep.Binding.dn_ctl ep (Gmp.Merge_into eid)
         | Mb.Suspect { ranks; reason } ->
-            Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason })
+            Ep.Binding.dn_ctl ep (Gevent.Suspect_request { ranks; reason })
         | Mb.Install { vid; ltime; members; stack; key } ->
             install t ?key ?stack ~vid ~ltime ~members
         | Mb.Dead_view why -> t.pause.dead_view <- Some (now t, why)
-        | Mb.Leave -> Ep.Binding.dn_ctl c.ep Gmp.Leave
+        | Mb.Leave -> Ep.Binding.dn_ctl ep Gmp.Leave
         | Mb.Exit -> exit_group t
         | Mb.Refused { vid; src; why } -> (
             let refused why =
@@ -771,14 +691,17 @@ module Make (T : Transport.S) = struct
   and exit_group t =
     if not t.exited then begin
       t.exited <- true;
-      Group_evs.leave t.evs ~ending:(Option.map (fun c -> c.view) t.cur) ~me:t.me.eid;
-      Option.iter (stop_stack t) t.cur;
+      Group_evs.leave t.evs ~ending:(Option.map V.view (cur t)) ~me:t.me.eid;
+      Option.iter (stop_stack t) t.ep;
       Option.iter T.cancel t.tick;
       Mv.close_all t.mv;
       B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
       t.app.cb.exit ()
     end
+
+  (* One step of the membership kernel in view [c], its actions done on [c]'s stack [ep]. *)
+  let step t (c, ep) input = run t ep (Mb.handle t.mb (ctx t c) input)
 
   (* {1 The side channel} *)
 
@@ -795,11 +718,12 @@ module Make (T : Transport.S) = struct
 
   (* What a member whose application reports nothing answers: the view as
      the runtime knows it. *)
-  let default_status t (c : cur) =
+  let default_status t c =
     Printf.sprintf {|{"group":%s,"me":%s,"view":%s,"members":[%s],"rank":%d,"blocked":%b}|}
-      (json_string t.group) (json_string t.me.eid) (json_string c.view.View.id)
-      (String.concat "," (List.map json_string (Array.to_list c.view.View.members)))
-      c.view.View.rank t.blocked
+      (json_string t.group) (json_string t.me.eid)
+      (json_string (V.id c))
+      (String.concat "," (List.map json_string (Array.to_list (V.members c))))
+      (V.rank c) t.blocked
 
   let my_status t c = Group_status.mine t.status ~default:(fun () -> default_status t c)
 
@@ -808,16 +732,12 @@ module Make (T : Transport.S) = struct
      forged source cannot aim answers at a third party), at most
      [max_status_answers] a second. *)
   let answer_status t c ~vid ~nonce ~eid =
-    let rank =
-      Option.value ~default:(-1)
-        (index_where (String.equal eid) (Array.to_list c.view.View.members))
-    in
-    if vid <> c.view.View.id || rank < 0 || eid = t.me.eid then
-      t.counts.garbage <- t.counts.garbage + 1
+    let rank = Option.value ~default:(-1) (V.rank_of c eid) in
+    if vid <> V.id c || rank < 0 || eid = t.me.eid then t.counts.garbage <- t.counts.garbage + 1
     else if not (Group_status.may_answer t.status ~now:(now t)) then
       t.counts.garbage <- t.counts.garbage + 1
     else
-      side_send t c.addrs.(rank)
+      side_send t (V.addr c rank)
         (Side.Status_ans
            { group = t.group; vid; nonce; eid = t.me.eid; dst = eid; status = my_status t c })
 
@@ -831,7 +751,7 @@ module Make (T : Transport.S) = struct
       (* Sent to another member: a capture replayed here, or a forgery. *)
       t.counts.side_misdirected <- t.counts.side_misdirected + 1
     else
-      match (v, t.cur) with
+      match (v, current t) with
       | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
         when Group_rekey.enabled t.rekey <> (m.pub <> "") ->
           (* Members with and without per-view keys cannot share a view:
@@ -851,37 +771,36 @@ module Make (T : Transport.S) = struct
       | Side.Gossip { coord; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack) ->
           Mb.remember t.mb coord;
           other_stack t ~peer:coord.eid stack
-      | Side.Gossip _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
+      | Side.Gossip _, Some ce -> step t ce (Mb.Side { src; msg = v })
       | Side.Merge_req { members; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack)
         ->
           other_stack t
             ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src)
             stack
-      | Side.Switch_req { vid; stack; _ }, Some c ->
+      | Side.Switch_req { vid; stack; _ }, Some (c, _) ->
           (* From a member of this view, about this view's stack. *)
-          if vid = c.view.View.id && Array.exists (fun a -> T.equal_address a src) c.addrs then
+          if vid = V.id c && Array.exists (fun a -> T.equal_address a src) (V.addrs c) then
             Group_switch.asked t.sw stack
-      | Side.Merge_req _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
-      | Side.Status_req { vid; nonce; eid; _ }, Some c -> answer_status t c ~vid ~nonce ~eid
+      | Side.Merge_req _, Some ce -> step t ce (Mb.Side { src; msg = v })
+      | Side.Status_req { vid; nonce; eid; _ }, Some (c, _) -> answer_status t c ~vid ~nonce ~eid
       | Side.Status_ans { vid; nonce; eid; status; _ }, Some _ ->
           status_answer t ~vid ~nonce ~eid status
-      | (Side.Probe _ | Side.Probe_ack _), Some c ->
-          run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
-      | Side.Install _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
+      | (Side.Probe _ | Side.Probe_ack _), Some ce -> step t ce (Mb.Side { src; msg = v })
+      | Side.Install _, Some ce -> step t ce (Mb.Side { src; msg = v })
       | Side.Install_ack { vid; eid; _ }, _ -> Mb.acked t.mb ~vid ~eid ~src
       | _, None -> ()
 
   (* Another member moved, or acknowledges this member's move. *)
   let on_migrate t ~src m =
-    let cur = t.cur in
+    let cur = current t in
     Mv.on_msg t.mv
-      ~view:(Option.map (fun c -> (c.view, c.addrs)) cur)
+      ~view:(Option.map (fun (c, _) -> (V.view c, V.addrs c)) cur)
       ~src ~send:(migrate_send t)
       ~close_old:(fun () -> close_old t)
       ~moved:(fun r eid ->
         match cur with
-        | Some c ->
-            Ep.Binding.set_addr c.ep r src;
+        | Some (_, ep) ->
+            Ep.Binding.set_addr ep r src;
             (* Known there, and a view this coordinator waits on goes there too. *)
             Mb.moved t.mb ~eid src
         | None -> ())
@@ -914,7 +833,7 @@ module Make (T : Transport.S) = struct
             Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
         Iovec.release v
       end
-      else match t.cur with Some c -> Ep.Binding.recv c.ep v | None -> Iovec.release v
+      else match t.ep with Some ep -> Ep.Binding.recv ep v | None -> Iovec.release v
     end
 
   (* {1 Periodic work} *)
@@ -926,21 +845,21 @@ module Make (T : Transport.S) = struct
     t.pause.last_tick <- now t;
     Mb.expire_probes t.mb ~now:(now t);
     if not t.exited then begin
-      (match t.cur with
-      | Some c ->
+      (match current t with
+      | Some ce ->
           (* The view this coordinator announced: resent, or given up. *)
-          run t c (Mb.handle t.mb (ctx t c) Mb.Retry);
+          step t ce Mb.Retry;
           (* A merge under way: asked again, waited on, or given up (a fresh
              view of this partition). *)
-          run t c (Mb.handle t.mb (ctx t c) Mb.Merge_wait);
+          step t ce Mb.Merge_wait;
           (* Leaving: gone once the time is up or the view it named is acknowledged. *)
-          (match t.cur with
-          | Some c -> run t c (Mb.handle t.mb (ctx t c) Mb.Leave_wait)
+          (match current t with
+          | Some ce -> step t ce Mb.Leave_wait
           | None -> ());
           (* A switch asked for: the coordinator runs it (the view it makes
              next runs the new stack); another member asks the coordinator. *)
-          (match (Group_switch.wanted t.sw, t.cur) with
-          | Some (epoch, sid), Some c when not t.exited ->
+          (match (Group_switch.wanted t.sw, current t) with
+          | Some (epoch, sid), Some (c, ep) when not t.exited ->
               if is_coordinator t then begin
                 if
                   (not t.blocked)
@@ -948,28 +867,24 @@ module Make (T : Transport.S) = struct
                   && (not (Mb.absorbing t.mb))
                   && not (Mb.leaving t.mb)
                 then begin
-                  Group_switch.start t.sw ~vid:c.view.View.id (epoch, sid);
-                  Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "switch")
+                  Group_switch.start t.sw ~vid:(V.id c) (epoch, sid);
+                  Ep.Binding.dn_ctl ep (Gmp.Start_flush "switch")
                 end
               end
               else if not t.blocked then
                 side_send t
-                  c.addrs.(coordinator_rank c)
+                  (V.addr c (V.coordinator_rank c))
                   (Side.Switch_req
                      {
                        group = t.group;
-                       vid = c.view.View.id;
+                       vid = V.id c;
                        stack = { Side.epoch; id = Stack_id.to_string sid };
-                       dst = c.view.View.members.(coordinator_rank c);
+                       dst = (V.members c).(V.coordinator_rank c);
                      })
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
-          (match t.cur with
-          | Some c when not t.exited -> run t c (Mb.handle t.mb (ctx t c) Mb.Heard)
-          | _ -> ());
-          (match t.cur with
-          | Some c when not t.exited -> run t c (Mb.handle t.mb (ctx t c) Mb.Gossip)
-          | _ -> ());
+          (match current t with Some ce when not t.exited -> step t ce Mb.Heard | _ -> ());
+          (match current t with Some ce when not t.exited -> step t ce Mb.Gossip | _ -> ());
           (* A move not yet acknowledged by everyone: told again, or
              undone. *)
           if not t.exited then
@@ -1130,7 +1045,7 @@ module Make (T : Transport.S) = struct
                             ~next_stack:(fun () -> Group_switch.next sw)
                             ~wrap:(Group_rekey.wrap rekey) ~buildable:(Group_switch.buildable sw)
                             ~unwrap:(Group_rekey.view_key rekey) ();
-                        cur = None;
+                        ep = None;
                         blocked = false;
                         queue =
                           Group_queue.create
@@ -1216,8 +1131,8 @@ module Make (T : Transport.S) = struct
     match admit t (String.length s) with
     | Error e -> refuse t e
     | Ok () -> (
-        match t.cur with
-        | Some c when not (Array.mem dst c.view.View.members) -> refuse t (Not_member dst)
+        match cur t with
+        | Some c when not (Array.mem dst (V.members c)) -> refuse t (Not_member dst)
         | _ ->
             if t.blocked || not (Group_queue.is_empty t.queue) then
               Group_queue.push t.queue (`Send (dst, s))
@@ -1266,12 +1181,11 @@ module Make (T : Transport.S) = struct
                   let local = (B.query nc).B.local in
                   t.conn <- Lazy.from_val nc;
                   t.me <- { t.me with addr = T.address_to_string local };
-                  Mv.moved t.mv ~now:(now t) ~old ~local
-                    ~members:(Option.map (fun c -> c.view.View.members) t.cur);
-                  (match t.cur with
-                  | Some c ->
-                      Ep.Binding.set_conn c.ep nc;
-                      Ep.Binding.set_addr c.ep c.view.View.rank local;
+                  Mv.moved t.mv ~now:(now t) ~old ~local ~members:(Option.map V.members (cur t));
+                  (match current t with
+                  | Some (c, ep) ->
+                      Ep.Binding.set_conn ep nc;
+                      Ep.Binding.set_addr ep (V.rank c) local;
                       send_moves t;
                       close_old t
                   | None -> ());
@@ -1282,14 +1196,14 @@ module Make (T : Transport.S) = struct
   let set_status_handler t f = Group_status.set_handler t.status f
 
   let query_status ?(timeout = Time.of_sec 2.) t k =
-    match t.cur with
+    match cur t with
     | _ when t.exited -> k (Error "this member has left the group")
     | None -> k (Error "this member is not in a view yet")
     | Some c -> (
         match Group_status.refusal t.status with
         | Some e -> k (Error e)
         | None ->
-            let vid = c.view.View.id and members = Array.copy c.view.View.members in
+            let vid = V.id c and members = Array.copy (V.members c) in
             let nonce = Printf.sprintf "%016Lx" (Rng.bits64 t.rng) in
             let q =
               Group_status.start t.status ~nonce ~vid ~members
@@ -1303,7 +1217,7 @@ module Make (T : Transport.S) = struct
               Array.iteri
                 (fun r id ->
                   if id <> t.me.eid then
-                    side_send t c.addrs.(r)
+                    side_send t (V.addr c r)
                       (Side.Status_req { group = t.group; vid; nonce; eid = t.me.eid; dst = id }))
                 members
             end)
@@ -1318,11 +1232,9 @@ module Make (T : Transport.S) = struct
           Msg.release msg
 
   let member_address t id =
-    match t.cur with
+    match cur t with
     | Some c -> (
-        match index_where (String.equal id) (Array.to_list c.view.View.members) with
-        | Some r -> Some (T.address_to_string c.addrs.(r))
-        | None -> None)
+        match V.rank_of c id with Some r -> Some (T.address_to_string (V.addr c r)) | None -> None)
     | None -> None
 
   let unmoved t = Mv.unmoved t.mv
@@ -1335,36 +1247,32 @@ module Make (T : Transport.S) = struct
 
   let leave t =
     if not t.exited then
-      match t.cur with
-      | Some c -> run t c (Mb.leave t.mb ~now:(now t) ~alone:(Array.length c.view.View.members = 1))
+      match current t with
+      | Some (c, ep) -> run t ep (Mb.leave t.mb ~now:(now t) ~alone:(V.size c = 1))
       | None -> if Mb.leave t.mb ~now:(now t) ~alone:true <> [] then exit_group t
 
   let suspect t ids =
-    match t.cur with
-    | Some c when not t.exited ->
-        let ranks =
-          List.filter_map
-            (fun id -> index_where (String.equal id) (Array.to_list c.view.View.members))
-            ids
-        in
+    match current t with
+    | Some (c, ep) when not t.exited ->
+        let ranks = List.filter_map (V.rank_of c) ids in
         if ranks <> [] then
-          Ep.Binding.dn_ctl c.ep
+          Ep.Binding.dn_ctl ep
             (Gevent.Suspect_request { ranks; reason = "asked by the application" })
     | _ -> ()
 
   let connection t = B.inner (conn t)
   let bundle_stats t = B.stats (conn t)
   let copies t = (t.counts.copies, t.counts.copied_bytes)
-  let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
-  let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
+  let view t = match cur t with Some c -> V.info c | None -> invalid_arg "Group.view: no view"
+  let stack t = Option.map Ep.Binding.stack t.ep
   let queued t = Group_queue.length t.queue
   let garbage t = t.counts.garbage + Mb.garbage t.mb
 
   let counters t =
     let cur =
-      match t.cur with
-      | Some c when not t.exited ->
-          let st = Ep.Binding.stack c.ep in
+      match t.ep with
+      | Some ep when not t.exited ->
+          let st = Ep.Binding.stack ep in
           let fused =
             List.map
               (fun (k, v) -> (String.map (function ' ' -> '_' | c -> c) k, v))
