@@ -194,18 +194,6 @@ module Make (T : Transport.S) = struct
 
   module V = Group_view
 
-  (* Pauses of this process (its periodic work late), and what it learns after one. *)
-  type pause = {
-    mutable last_tick : Time.t; (* when the periodic work last ran *)
-    mutable resumed_at : Time.t option;
-        (* when this process last ran again after a pause longer than
-           group.merge_timeout (its periodic work that late) *)
-    mutable dead_view : (Time.t * string) option;
-        (* when and how this member learnt, after a pause, that its view
-           went on without it: casts are refused until it is in a view with
-           others again, for two merge timeouts at most *)
-  }
-
   (* The application's callbacks. *)
   type app = {
     cb : callbacks;
@@ -216,19 +204,6 @@ module Make (T : Transport.S) = struct
   }
 
   type timing = { heal_interval : Time.t; merge_timeout : Time.t; install_retry : Time.t }
-
-  (* What the runtime counts (its [counters]). *)
-  type counters = {
-    mutable views : int; (* views installed *)
-    mutable sent : int; (* messages handed to a view's stack *)
-    mutable delivered : int; (* messages delivered to the application *)
-    mutable copies : int; (* deliveries whose bytes were copied on the way to the application *)
-    mutable copied_bytes : int;
-    mutable dropped_sends : int;
-    mutable send_errors : int;
-    mutable garbage : int; (* side messages refused *)
-    mutable side_misdirected : int; (* side messages for another member *)
-  }
 
   type t = {
     tr : T.t;
@@ -251,7 +226,7 @@ module Make (T : Transport.S) = struct
     mutable blocked : bool;
     queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
-    pause : pause; (* pauses of this process, and a view that went on without it *)
+    pause : Group_pause.t; (* pauses of this process, and a view that went on without it *)
     status : T.timer Group_status.t; (* status answers counted, queries out *)
     mutable exited : bool;
     xfer : Xfer.t option;
@@ -259,15 +234,11 @@ module Make (T : Transport.S) = struct
     on_stack_error : stack_error -> unit;
     evs : Group_evs.t; (* extended virtual synchrony ({!Group_evs}) *)
     quorum : Group_primary.t; (* with Primary: the current view's quorum ({!Group_primary}) *)
-    mutable told : (string * string) list;
-    (* stack errors reported, by peer and stack *)
-    (* with the Xfer layer: the state transfer *)
+    mutable told : (string * string) list; (* stack errors reported, by peer and stack *)
     mutable tick : T.timer option;
-    mutable past : (string * (string * int) list) list;
-        (* Bottom's counters in the stacks of earlier views, summed *)
     rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
     timing : timing; (* the membership's periods, from the parameters *)
-    counts : counters; (* what it counts ({!counters}) *)
+    counts : Group_counters.t; (* what it counts, and the stacks of earlier views *)
   }
 
   let conn t = Lazy.force t.conn
@@ -327,29 +298,8 @@ module Make (T : Transport.S) = struct
 
   let is_coordinator t = match cur t with Some c -> V.is_coordinator c | None -> false
 
-  (* Counters summed layer by layer, name by name, in first-seen order. *)
-  let add_counters a b =
-    let add_kv kvs (k, v) =
-      if List.mem_assoc k kvs then
-        List.map (fun (k', v') -> if k' = k then (k', v' + v) else (k', v')) kvs
-      else kvs @ [ (k, v) ]
-    in
-    List.fold_left
-      (fun acc (layer, kvs) ->
-        match List.assoc_opt layer acc with
-        | None -> acc @ [ (layer, kvs) ]
-        | Some old ->
-            List.map
-              (fun (l, k) -> if l = layer then (l, List.fold_left add_kv old kvs) else (l, k))
-              acc)
-      a b
-
-  (* Bottom's counters are all drops by reason; other layers' include
-     gauges of the view (a window, a round), which do not add up. *)
   let stop_stack t ep =
-    t.past <-
-      add_counters t.past
-        (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack ep)));
+    Group_counters.stack_stopped t.counts (Stack.counters (Ep.Binding.stack ep));
     Ep.Binding.stop ep
 
   let stack_error t e =
@@ -409,104 +359,122 @@ module Make (T : Transport.S) = struct
         send_moves t
     | None -> ()
 
-  (* Within two merge timeouts of running again after a pause. *)
-  let recently_resumed t =
-    match t.pause.resumed_at with
-    | Some r -> now t - r <= 2 * t.timing.merge_timeout
-    | None -> false
+  let recently_resumed t = Group_pause.recently_resumed t.pause ~now:(now t)
 
   (* The current view as the membership kernel sees it. *)
   let ctx t c = Mb.context ~now:(now t) ~me:t.me ~blocked:t.blocked ~resumed:(recently_resumed t) c
+
+  (* {1 Installing a view} *)
+
+  (* The next view runs [stack] ({!Group_switch}). *)
+  let adopt_stack t ~vid stack =
+    match adopt t stack with
+    | Ok () -> ()
+    | Error e ->
+        Log.err (fun m -> m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e)
+
+  (* The members' addresses by rank, this member's where it is, whatever the view's maker knew
+     (and whether it knew an old one); [None] if one is bad. *)
+  let addresses t ~vid ~rank members =
+    let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
+    if List.exists Option.is_none addrs then begin
+      Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid);
+      None
+    end
+    else
+      let addrs = Array.of_list (List.map Option.get addrs) in
+      let stale = (List.nth members rank).addr <> t.me.addr in
+      addrs.(rank) <- (B.query (conn t)).B.local;
+      Mv.addresses t.mv ~rank ~members:(List.map (fun (m : Side.member) -> m.eid) members) addrs;
+      Some (addrs, stale)
+
+  (* The current view [old] ends, view [vid] of [eids] comes: migration, quorum, the transitional
+     view (EVS), the old stack stopped, the new key (Rekey), state transfer. *)
+  let end_view t ~old ~vid ~eids ~stale ~at_old_addr key =
+    Mv.install t.mv
+      ~prev_vid:(match old with Some c -> V.id c | None -> "")
+      ~eids ~stale ~at_old_addr ~conn:(conn t);
+    Group_primary.end_view t.quorum;
+    Group_evs.view_change t.evs ~ending:(Option.map V.view old) ~next:vid ~members:eids;
+    (* The old stack goes first: its buffers are released now. *)
+    Option.iter (stop_stack t) t.ep;
+    Group_rekey.activate t.rekey ~vid key;
+    t.counts.views <- t.counts.views + 1;
+    Option.iter Xfer.end_view t.xfer
 
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
     | None -> ()
     | Some rank -> (
-        (match stack with
-        | Some st -> (
-            match adopt t st with
-            | Ok () -> ()
-            | Error e ->
-                Log.err (fun m ->
-                    m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
-        | None -> ());
+        Option.iter (adopt_stack t ~vid) stack;
         Group_switch.installed t.sw;
-        if List.length members > 1 then t.pause.dead_view <- None;
-        let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
-        if List.exists Option.is_none addrs then
-          Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
-        else
-          let addrs = Array.of_list (List.map Option.get addrs) in
-          (* This member is where it is, whatever the view's maker knew. *)
-          let stale = (List.nth members rank).addr <> t.me.addr in
-          addrs.(rank) <- (B.query (conn t)).B.local;
-          Mv.addresses t.mv ~rank ~members:(List.map (fun (m : Side.member) -> m.eid) members) addrs;
-          let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
-          Mb.learn t.mb ~me:t.me.eid members;
-          let old = cur t in
-          Mv.install t.mv
-            ~prev_vid:(match old with Some c -> V.id c | None -> "")
-            ~eids ~stale ~at_old_addr:(List.nth members rank).addr ~conn:(conn t);
-          Group_primary.end_view t.quorum;
-          Group_evs.view_change t.evs ~ending:(Option.map V.view old) ~next:vid ~members:eids;
-          (* The old stack goes first: its buffers are released now. *)
-          Option.iter (stop_stack t) t.ep;
-          Group_rekey.activate t.rekey ~vid key;
-          t.counts.views <- t.counts.views + 1;
-          Option.iter Xfer.end_view t.xfer;
-          let c = V.create ~group:t.group ~vid ~ltime ~members ~rank ~addrs ~previous:old in
-          let info = V.info c in
-          let cell = ref None in
-          let app =
-            {
-              Stack.deliver = (fun src msg -> deliver t cell src msg);
-              ctl = (fun e -> ctl t cell e);
-            }
-          in
-          match
-            Ep.Binding.bind
-              ~params:
-                (Params.set Bottom.stack_param
-                   (Params.String (Stack_id.digest (Group_switch.sid t.sw)))
-                   (Group_switch.params t.sw))
-              ~pool:t.pool t.tr (conn t) ~view:(V.view c) ~addrs ~rng:(Rng.split t.rng)
-              ~layers:(Group_switch.layers t.sw) ~app ()
-          with
-          | Error e ->
-              Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
-          | Ok ep ->
-              cell := Some c;
-              t.ep <- Some ep;
-              Mb.set_current t.mb c;
-              t.blocked <- false;
-              Group_queue.set_stack_flow t.queue false;
-              Mb.installed t.mb;
-              Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
-              (* Who is gone, and why: left, or excluded and the suspicion. *)
-              List.iter
-                (fun (e, why) ->
-                  Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why))
-                info.why;
-              let decision =
-                Group_primary.install t.quorum ~layers:(Group_switch.layers t.sw)
-                  ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
-              in
-              t.app.cb.view info;
-              Group_primary.start t.quorum ~vid ~dn_ctl:(Ep.Binding.dn_ctl ep) decision;
-              Option.iter
-                (fun x ->
-                  Xfer.start_view x ~vid ~members:eids ~rank
-                    ~hold_credit:(fun hold ->
-                      Ep.Binding.dn_ctl ep (Mflow.Hold_credit { who = "xfer"; hold; except = [] }))
-                    ~cast_ctl:(fun payload ->
-                      Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
-                    ~send_ctl:(fun r payload ->
-                      Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
-                t.xfer;
-              flush_queue t;
-              send_moves t;
-              close_old t;
-              update_flow t)
+        Group_pause.installed t.pause ~size:(List.length members);
+        match addresses t ~vid ~rank members with
+        | None -> ()
+        | Some (addrs, stale) -> (
+            let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
+            Mb.learn t.mb ~me:t.me.eid members;
+            let old = cur t in
+            end_view t ~old ~vid ~eids ~stale ~at_old_addr:(List.nth members rank).addr key;
+            let c = V.create ~group:t.group ~vid ~ltime ~members ~rank ~addrs ~previous:old in
+            match bind t c with
+            | Error e ->
+                Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
+            | Ok ep -> start_view t c ep members))
+
+  (* View [c]'s stack, on the member's connection, its events for [c] while it is current. *)
+  and bind t c =
+    let cell = ref None in
+    let app =
+      { Stack.deliver = (fun src msg -> deliver t cell src msg); ctl = (fun e -> ctl t cell e) }
+    in
+    match
+      Ep.Binding.bind
+        ~params:
+          (Params.set Bottom.stack_param
+             (Params.String (Stack_id.digest (Group_switch.sid t.sw)))
+             (Group_switch.params t.sw))
+        ~pool:t.pool t.tr (conn t) ~view:(V.view c) ~addrs:(V.addrs c) ~rng:(Rng.split t.rng)
+        ~layers:(Group_switch.layers t.sw) ~app ()
+    with
+    | Error e -> Error e
+    | Ok ep ->
+        cell := Some c;
+        Ok ep
+
+  (* View [c] is current on stack [ep]: the kernel holds it, the application is told it (and the
+     quorum, with Primary), state transfer starts, the queue goes out, moves are told. *)
+  and start_view t c ep members =
+    let info = V.info c and vid = V.id c in
+    t.ep <- Some ep;
+    Mb.set_current t.mb c;
+    t.blocked <- false;
+    Group_queue.set_stack_flow t.queue false;
+    Mb.installed t.mb;
+    Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
+    (* Who is gone, and why: left, or excluded and the suspicion. *)
+    List.iter
+      (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why))
+      info.why;
+    let decision =
+      Group_primary.install t.quorum ~layers:(Group_switch.layers t.sw)
+        ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
+    in
+    t.app.cb.view info;
+    Group_primary.start t.quorum ~vid ~dn_ctl:(Ep.Binding.dn_ctl ep) decision;
+    Option.iter
+      (fun x ->
+        Xfer.start_view x ~vid ~members:(V.members c) ~rank:(V.rank c)
+          ~hold_credit:(fun hold ->
+            Ep.Binding.dn_ctl ep (Mflow.Hold_credit { who = "xfer"; hold; except = [] }))
+          ~cast_ctl:(fun payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
+          ~send_ctl:(fun r payload ->
+            Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
+      t.xfer;
+    flush_queue t;
+    send_moves t;
+    close_old t;
+    update_flow t
 
   and flush_queue t =
     Group_queue.flush t.queue
@@ -640,11 +608,8 @@ module Make (T : Transport.S) = struct
             (* After a pause, a flush of its view that excludes it tells
                this member as much as gossip does. *)
             if recently_resumed t then
-              t.pause.dead_view <-
-                Some
-                  ( now t,
-                    Printf.sprintf "view %s went on without this member (excluded): rejoining"
-                      (V.id c) );
+              Group_pause.dead_view t.pause ~now:(now t)
+                (Printf.sprintf "view %s went on without this member (excluded): rejoining" (V.id c));
             run t ep (Mb.handle t.mb (ctx t c) Mb.Alone)
         | Event.Blocked b ->
             Group_queue.set_stack_flow t.queue b;
@@ -670,7 +635,7 @@ module Make (T : Transport.S) = struct
             Ep.Binding.dn_ctl ep (Gevent.Suspect_request { ranks; reason })
         | Mb.Install { vid; ltime; members; stack; key } ->
             install t ?key ?stack ~vid ~ltime ~members
-        | Mb.Dead_view why -> t.pause.dead_view <- Some (now t, why)
+        | Mb.Dead_view why -> Group_pause.dead_view t.pause ~now:(now t) why
         | Mb.Leave -> Ep.Binding.dn_ctl ep Gmp.Leave
         | Mb.Exit -> exit_group t
         | Mb.Refused { vid; src; why } -> (
@@ -840,9 +805,7 @@ module Make (T : Transport.S) = struct
 
   let rec tick t =
     t.tick <- None;
-    if t.pause.last_tick > 0 && now t - t.pause.last_tick > t.timing.merge_timeout then
-      t.pause.resumed_at <- Some (now t);
-    t.pause.last_tick <- now t;
+    Group_pause.tick t.pause ~now:(now t);
     Mb.expire_probes t.mb ~now:(now t);
     if not t.exited then begin
       (match current t with
@@ -1023,18 +986,7 @@ module Make (T : Transport.S) = struct
                         pool;
                         rng;
                         app = { cb; on_sent; on_lost; on_bytes };
-                        counts =
-                          {
-                            views = 0;
-                            sent = 0;
-                            delivered = 0;
-                            copies = 0;
-                            copied_bytes = 0;
-                            dropped_sends = 0;
-                            send_errors = 0;
-                            garbage = 0;
-                            side_misdirected = 0;
-                          };
+                        counts = Group_counters.create ();
                         discovery;
                         mb =
                           Mb.create ~group ~rng ~peers ?discovery ~heal
@@ -1053,7 +1005,8 @@ module Make (T : Transport.S) = struct
                             ~flow:cb.flow;
                         max_message;
                         status = Group_status.create ();
-                        pause = { last_tick = 0; resumed_at = None; dead_view = None };
+                        pause =
+                          Group_pause.create ~merge_timeout:(Params.time params Param.merge_timeout);
                         exited = false;
                         xfer;
                         sw;
@@ -1062,7 +1015,6 @@ module Make (T : Transport.S) = struct
                         quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
                         told = [];
                         tick = None;
-                        past = [];
                         rekey;
                         timing =
                           {
@@ -1091,11 +1043,8 @@ module Make (T : Transport.S) = struct
   let cast_admit t len =
     match admit t len with
     | Error e -> refuse t e
-    | Ok ()
-      when match t.pause.dead_view with
-           | Some (at, _) -> now t - at <= 2 * t.timing.merge_timeout
-           | None -> false ->
-        refuse t (Not_primary (snd (Option.get t.pause.dead_view)))
+    | Ok () when Group_pause.refusal t.pause ~now:(now t) <> None ->
+        refuse t (Not_primary (Option.get (Group_pause.refusal t.pause ~now:(now t))))
     | Ok () when Group_primary.refusal t.quorum <> None ->
         refuse t (Not_primary (Option.get (Group_primary.refusal t.quorum)))
     | Ok () ->
@@ -1271,14 +1220,7 @@ module Make (T : Transport.S) = struct
   let counters t =
     let cur =
       match t.ep with
-      | Some ep when not t.exited ->
-          let st = Ep.Binding.stack ep in
-          let fused =
-            List.map
-              (fun (k, v) -> (String.map (function ' ' -> '_' | c -> c) k, v))
-              (("on", Bool.to_int (Stack.fused st)) :: Stack.fused_counters st)
-          in
-          Stack.counters st @ [ ("fused", fused) ]
+      | Some ep when not t.exited -> Group_counters.of_stack (Ep.Binding.stack ep)
       | _ -> []
     in
     ( "group",
@@ -1302,13 +1244,7 @@ module Make (T : Transport.S) = struct
             ("unbundled", b.unbundled);
             ("malformed", b.malformed);
           ] ))
-    ::
-    (if List.mem_assoc "bottom" cur then
-       List.map
-         (fun (l, kvs) ->
-           if l = "bottom" then (l, List.assoc l (add_counters t.past [ (l, kvs) ])) else (l, kvs))
-         cur
-     else cur @ t.past)
+    :: Group_counters.with_past t.counts cur
 
   let needs_state t = match t.xfer with Some x -> Xfer.needs_state x | None -> false
 
