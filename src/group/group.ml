@@ -6,19 +6,6 @@ include Group_types
    datagram (a stack without Frag). *)
 let header_reserve = 512
 
-(* The piece of a message body being delivered as a view (the library is
-   single-threaded; nothing here is live across a callback). *)
-type piece = { mutable n : int; mutable buf : Cstruct.buffer; mutable off : int; mutable len : int }
-
-let no_buffer = Bigarray.(Array1.create char c_layout 0)
-let piece = { n = 0; buf = no_buffer; off = 0; len = 0 }
-
-let note_piece b o l =
-  piece.n <- piece.n + 1;
-  piece.buf <- b;
-  piece.off <- o;
-  piece.len <- l
-
 (* Datagrams between clients and servers ({!Cltsvr}): distinct from
    Bottom's (0xC1), the side channel's (0xC2), bundles' (0xC4), the
    seal's (0xC5) and migration's (0xC6). *)
@@ -399,25 +386,7 @@ module Make (T : Transport.S) = struct
     | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r) when is_current t c ->
         let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
         let origin = (V.members c).(r) in
-        (* One piece: a view of the received datagram. A message
-           reassembled from fragments is in pieces: one copy. *)
-        piece.n <- 0;
-        Msg.iter_body note_piece msg;
-        if piece.n = 1 then
-          f kind ~origin (Cstruct.of_bigarray ~off:piece.off ~len:piece.len piece.buf)
-        else if piece.n = 0 then f kind ~origin Cstruct.empty
-        else begin
-          let body = Msg.body msg in
-          let v = Iovecs.flatten t.pool body in
-          Iovecs.release body;
-          t.counts.copies <- t.counts.copies + 1;
-          t.counts.copied_bytes <- t.counts.copied_bytes + Iovec.length v;
-          Fun.protect
-            ~finally:(fun () -> Iovec.release v)
-            (fun () -> f kind ~origin (Iovec.cstruct v))
-        end;
-        piece.buf <- no_buffer;
-        Msg.release msg
+        Group_deliver.bytes ~pool:t.pool ~counts:t.counts msg (f kind ~origin)
     | _ -> deliver_string t cell src msg
 
   and deliver_string t cell (src : Event.src) msg =
@@ -1082,15 +1051,7 @@ module Make (T : Transport.S) = struct
       ]
       @ Mv.counters t.mv
       @ [ ("sent", t.counts.sent); ("delivered", t.counts.delivered) ] )
-    :: (let b = B.stats (conn t) in
-        ( "bundle",
-          [
-            ("bundles_sent", b.Bundle.bundles_sent);
-            ("bundled", b.bundled);
-            ("bundles_received", b.bundles_received);
-            ("unbundled", b.unbundled);
-            ("malformed", b.malformed);
-          ] ))
+    :: ("bundle", Bundle.counters (B.stats (conn t)))
     :: Group_counters.with_past t.counts cur
 
   let needs_state t = match t.xfer with Some x -> Xfer.needs_state x | None -> false
