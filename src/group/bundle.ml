@@ -103,6 +103,15 @@ let pp_stats ppf s =
   Fmt.pf ppf "bundles_sent=%d bundled=%d alone=%d bundles_received=%d unbundled=%d malformed=%d"
     s.bundles_sent s.bundled s.alone s.bundles_received s.unbundled s.malformed
 
+let counters s =
+  [
+    ("bundles_sent", s.bundles_sent);
+    ("bundled", s.bundled);
+    ("bundles_received", s.bundles_received);
+    ("unbundled", s.unbundled);
+    ("malformed", s.malformed);
+  ]
+
 module Make (T : Transport.S) = struct
   type t = T.t
   type address = T.address

@@ -73,6 +73,10 @@ type stats = {
 
 val pp_stats : stats Fmt.t
 
+val counters : stats -> (string * int) list
+(** As counters ([bundles_sent], [bundled], [bundles_received], [unbundled], [malformed]; not
+    [alone]). *)
+
 module Make (T : Consort.Transport.S) : sig
   include
     Consort.Transport.S with type t = T.t and type address = T.address and type timer = T.timer

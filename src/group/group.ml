@@ -1,171 +1,10 @@
 open Consort
 module Log = Group_log.Log
-
-type view_info = {
-  vid : string;
-  ltime : int;
-  members : string array;
-  rank : int;
-  coordinator : string;
-  joined : string list;
-  left : string list;
-  why : (string * string) list;
-}
-
-type transitional = Group_evs.transitional = {
-  ending : string;
-  next : string;
-  survivors : string array;
-}
-
-let pp_transitional = Group_evs.pp_transitional
-
-type callbacks = {
-  view : view_info -> unit;
-  cast : origin:string -> string -> unit;
-  send : origin:string -> string -> unit;
-  block : unit -> unit;
-  flow : bool -> unit;
-  exit : unit -> unit;
-}
-
-type rekey = Group_rekey.keys = {
-  public : string;
-  draw :
-    vid:string ->
-    me:string ->
-    context:string ->
-    (string * string) list ->
-    (string * string) list * (unit -> unit);
-  unwrap :
-    vid:string ->
-    me:string ->
-    context:string ->
-    installer:string * string ->
-    string ->
-    (unit -> unit) option;
-}
-
-type error = Group_queue.error =
-  | Flow_control
-  | Too_big of { size : int; max : int }
-  | Not_member of string
-  | Leaving
-  | Exited
-  | Not_primary of string
-
-let pp_error ppf = function
-  | Flow_control -> Fmt.string ppf "flow control is full: wait for flow false"
-  | Too_big { size; max } ->
-      Fmt.pf ppf "message of %d bytes, over the largest this stack carries (%d)" size max
-  | Not_member id -> Fmt.pf ppf "%s is not a member of the view" id
-  | Leaving -> Fmt.string ppf "this member is leaving the group"
-  | Exited -> Fmt.string ppf "this member has left the group"
-  | Not_primary q -> Fmt.pf ppf "this member's view is not primary: %s" q
-
-type join_error =
-  | Bad_address of { what : string; addr : string; reason : string }
-  | Bad_stack of string
-  | Cannot_open of Transport.error
-  | Cannot_join_discovery of Transport.error
-
-type stack_error =
-  | Incompatible of { peer : string; ours : string; theirs : string }
-  | Unknown_stack of { peer : string; stack : string; reason : string }
-
-let pp_stack_error ppf = function
-  | Incompatible { peer; ours; theirs } ->
-      Fmt.pf ppf "%s runs another stack (%s, here %s): no merge until one switches" peer theirs ours
-  | Unknown_stack { peer; stack; reason } ->
-      Fmt.pf ppf "%s runs stack %s, which this member cannot build: %s" peer stack reason
-
-type switch_error = Not_a_stack of string | Changes_xfer | Not_running
-
-type migrate_error =
-  | Bad_new_address of { addr : string; reason : string }
-  | Cannot_move of Transport.error
-  | Gone
-
-let pp_migrate_error ppf = function
-  | Bad_new_address { addr; reason } -> Fmt.pf ppf "bad address %S to move to: %s" addr reason
-  | Cannot_move e -> Fmt.pf ppf "cannot open the address to move to: %a" Transport.pp_error e
-  | Gone -> Fmt.string ppf "this member has left the group"
-
-let pp_switch_error ppf = function
-  | Not_a_stack e -> Fmt.pf ppf "the layers do not make a group's stack: %s" e
-  | Changes_xfer ->
-      Fmt.string ppf
-        "a switch cannot add or remove state transfer (Xfer): the state's callbacks are given when \
-         a member joins; leave and join again with or without it"
-  | Not_running -> Fmt.string ppf "this member has left the group"
-
-let pp_join_error ppf = function
-  | Bad_address { what; addr; reason } -> Fmt.pf ppf "bad %s address %S: %s" what addr reason
-  | Bad_stack e -> Fmt.pf ppf "the layers do not make a stack: %s" e
-  | Cannot_open e -> Fmt.pf ppf "cannot open the member's address: %a" Transport.pp_error e
-  | Cannot_join_discovery e -> Fmt.pf ppf "cannot join the discovery group: %a" Transport.pp_error e
-
-let pp_view_info ppf v =
-  Fmt.pf ppf "view %s [%a] rank %d" v.vid Fmt.(array ~sep:comma string) v.members v.rank
-
-module Side = Side
-
-module Param = struct
-  let heal_interval = "group.heal_interval"
-  let merge_timeout = "group.merge_timeout"
-  let install_retry = "group.install_retry"
-  let leave_timeout = "group.leave_timeout"
-  let queue = "group.queue"
-  let migrate_drain = "group.migrate_drain"
-  let migrate_timeout = "group.migrate_timeout"
-
-  let () =
-    Params.register queue
-      (Params.Int (1024 * 1024))
-      ~doc:
-        "bytes of messages (64 more each) the application may make while a view change flushes; \
-         beyond, cast and send refuse with Flow_control";
-    Params.register heal_interval
-      (Params.Time (Time.of_ms 500))
-      ~doc:"period of a coordinator's discovery messages to other partitions";
-    Params.register merge_timeout
-      (Params.Time (Time.of_ms 2000))
-      ~doc:"how long a partition that asked to merge waits for the new view";
-    Params.register install_retry
-      (Params.Time (Time.of_ms 100))
-      ~doc:"period at which a new view is resent to members that have not acknowledged it";
-    Params.register migrate_drain
-      (Params.Time (Time.of_ms 10_000))
-      ~doc:
-        "how long a member that moved keeps its old address open for members that have not \
-         acknowledged the move (it closes it as soon as all have)";
-    Params.register migrate_timeout
-      (Params.Time (Time.of_ms 2000))
-      ~doc:
-        "how long a member that moved waits for a first member to acknowledge the move; if none \
-         does (nothing reaches the new address), it goes back to the address it left (keep it \
-         below suspect.timeout)";
-    Params.register leave_timeout
-      (Params.Time (Time.of_ms 3000))
-      ~doc:"how long a leaving member waits for the view without it before it goes anyway"
-end
+include Group_types
 
 (* Bytes kept for the headers of every layer when a message must fit in one
    datagram (a stack without Frag). *)
 let header_reserve = 512
-
-(* The piece of a message body being delivered as a view (the library is
-   single-threaded; nothing here is live across a callback). *)
-type piece = { mutable n : int; mutable buf : Cstruct.buffer; mutable off : int; mutable len : int }
-
-let no_buffer = Bigarray.(Array1.create char c_layout 0)
-let piece = { n = 0; buf = no_buffer; off = 0; len = 0 }
-
-let note_piece b o l =
-  piece.n <- piece.n + 1;
-  piece.buf <- b;
-  piece.off <- o;
-  piece.len <- l
 
 (* Datagrams between clients and servers ({!Cltsvr}): distinct from
    Bottom's (0xC1), the side channel's (0xC2), bundles' (0xC4), the
@@ -193,30 +32,7 @@ module Make (T : Transport.S) = struct
     let of_string = T.address_of_string
   end)
 
-  type cur = {
-    view : View.t;
-    info : view_info;
-    addrs : T.address array;
-    pubs : string array; (* the members' public keys (Rekey), by rank *)
-    ep : Ep.Binding.t; (* the view's stack, bound to the member's connection *)
-    suspected : bool array;
-    reasons : (int, string) Hashtbl.t; (* why each suspected member is *)
-    mutable reported : (int * int list * int list * string) option;
-        (* the flush round this member last reported to: coordinator,
-           excluded, leaving *)
-  }
-
-  (* Pauses of this process (its periodic work late), and what it learns after one. *)
-  type pause = {
-    mutable last_tick : Time.t; (* when the periodic work last ran *)
-    mutable resumed_at : Time.t option;
-        (* when this process last ran again after a pause longer than
-           group.merge_timeout (its periodic work that late) *)
-    mutable dead_view : (Time.t * string) option;
-        (* when and how this member learnt, after a pause, that its view
-           went on without it: casts are refused until it is in a view with
-           others again, for two merge timeouts at most *)
-  }
+  module V = Group_view
 
   (* The application's callbacks. *)
   type app = {
@@ -228,19 +44,6 @@ module Make (T : Transport.S) = struct
   }
 
   type timing = { heal_interval : Time.t; merge_timeout : Time.t; install_retry : Time.t }
-
-  (* What the runtime counts (its [counters]). *)
-  type counters = {
-    mutable views : int; (* views installed *)
-    mutable sent : int; (* messages handed to a view's stack *)
-    mutable delivered : int; (* messages delivered to the application *)
-    mutable copies : int; (* deliveries whose bytes were copied on the way to the application *)
-    mutable copied_bytes : int;
-    mutable dropped_sends : int;
-    mutable send_errors : int;
-    mutable garbage : int; (* side messages refused *)
-    mutable side_misdirected : int; (* side messages for another member *)
-  }
 
   type t = {
     tr : T.t;
@@ -256,13 +59,14 @@ module Make (T : Transport.S) = struct
     app : app; (* the application's callbacks *)
     discovery : T.address option; (* a multicast group all members joined *)
     mb : Mb.t;
-        (* the membership kernel: discovery, merge and absorb, the views this member announces
-           ({!Membership}) *)
-    mutable cur : cur option;
+        (* the membership kernel: the current view, discovery, merge and absorb, the views this
+           member announces ({!Membership}) *)
+    mutable ep : Ep.Binding.t option;
+        (* the current view's stack, bound to the member's connection *)
     mutable blocked : bool;
     queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
     mutable max_message : int;
-    pause : pause; (* pauses of this process, and a view that went on without it *)
+    pause : Group_pause.t; (* pauses of this process, and a view that went on without it *)
     status : T.timer Group_status.t; (* status answers counted, queries out *)
     mutable exited : bool;
     xfer : Xfer.t option;
@@ -270,18 +74,19 @@ module Make (T : Transport.S) = struct
     on_stack_error : stack_error -> unit;
     evs : Group_evs.t; (* extended virtual synchrony ({!Group_evs}) *)
     quorum : Group_primary.t; (* with Primary: the current view's quorum ({!Group_primary}) *)
-    mutable told : (string * string) list;
-    (* stack errors reported, by peer and stack *)
-    (* with the Xfer layer: the state transfer *)
+    mutable told : (string * string) list; (* stack errors reported, by peer and stack *)
     mutable tick : T.timer option;
-    mutable past : (string * (string * int) list) list;
-        (* Bottom's counters in the stacks of earlier views, summed *)
     rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
     timing : timing; (* the membership's periods, from the parameters *)
-    counts : counters; (* what it counts ({!counters}) *)
+    counts : Group_counters.t; (* what it counts, and the stacks of earlier views *)
   }
 
   let conn t = Lazy.force t.conn
+
+  (* The current view ({!Group_view}, held by the kernel) and its stack. *)
+  let cur t = Mb.current t.mb
+  let current t = match (Mb.current t.mb, t.ep) with Some c, Some ep -> Some (c, ep) | _ -> None
+  let is_current t c = match Mb.current t.mb with Some c' -> c == c' | None -> false
   let me t = t.me.eid
   let primary t = Group_primary.quorum t.quorum
   let now t = T.now t.tr
@@ -301,7 +106,7 @@ module Make (T : Transport.S) = struct
      checks comes from there), while that is open; anyone else, the
      current one. *)
   let conn_for t dst =
-    Mv.conn_for t.mv ~view:(Option.map (fun c -> (c.view, c.addrs)) t.cur) ~conn:(conn t) dst
+    Mv.conn_for t.mv ~view:(Option.map (fun c -> (V.view c, V.addrs c)) (cur t)) ~conn:(conn t) dst
 
   (* To a member that has not acknowledged this member's move, from both
      addresses: it may know either (its acknowledgement may be on its way,
@@ -331,38 +136,11 @@ module Make (T : Transport.S) = struct
 
   (* {1 The current stack} *)
 
-  let coordinator_rank c =
-    let n = Array.length c.suspected in
-    let rec go r = if r >= n then c.view.View.rank else if c.suspected.(r) then go (r + 1) else r in
-    go 0
+  let is_coordinator t = match cur t with Some c -> V.is_coordinator c | None -> false
 
-  let is_coordinator t =
-    match t.cur with Some c -> coordinator_rank c = c.view.View.rank | None -> false
-
-  (* Counters summed layer by layer, name by name, in first-seen order. *)
-  let add_counters a b =
-    let add_kv kvs (k, v) =
-      if List.mem_assoc k kvs then
-        List.map (fun (k', v') -> if k' = k then (k', v' + v) else (k', v')) kvs
-      else kvs @ [ (k, v) ]
-    in
-    List.fold_left
-      (fun acc (layer, kvs) ->
-        match List.assoc_opt layer acc with
-        | None -> acc @ [ (layer, kvs) ]
-        | Some old ->
-            List.map
-              (fun (l, k) -> if l = layer then (l, List.fold_left add_kv old kvs) else (l, k))
-              acc)
-      a b
-
-  (* Bottom's counters are all drops by reason; other layers' include
-     gauges of the view (a window, a round), which do not add up. *)
-  let stop_stack t c =
-    t.past <-
-      add_counters t.past
-        (List.filter (fun (l, _) -> l = "bottom") (Stack.counters (Ep.Binding.stack c.ep)));
-    Ep.Binding.stop c.ep
+  let stop_stack t ep =
+    Group_counters.stack_stopped t.counts (Stack.counters (Ep.Binding.stack ep));
+    Ep.Binding.stop ep
 
   let stack_error t e =
     let key =
@@ -376,9 +154,10 @@ module Make (T : Transport.S) = struct
       t.on_stack_error e
     end
 
-  let max_message_of t layers info_mtu =
+  (* Without Frag a message is one datagram, headers of every layer included. *)
+  let max_message_of params layers info_mtu =
     if List.exists (fun l -> Layer.name l = Frag.name) layers then
-      Params.int t.params Frag.Param.max_message
+      Params.int params Frag.Param.max_message
     else max 0 (info_mtu - header_reserve)
 
   (* The next view runs [stack]: build it from the registry. *)
@@ -386,7 +165,7 @@ module Make (T : Transport.S) = struct
     match Group_switch.adopt t.sw stack with
     | Ok true ->
         t.max_message <-
-          max_message_of t (Group_switch.layers t.sw) (B.query (Lazy.force t.conn)).B.mtu;
+          max_message_of t.params (Group_switch.layers t.sw) (B.query (Lazy.force t.conn)).B.mtu;
         Ok ()
     | Ok false -> Ok ()
     | Error e -> Error e
@@ -394,10 +173,11 @@ module Make (T : Transport.S) = struct
   (* {1 Moves} *)
 
   let send_moves t =
-    match t.cur with
+    match cur t with
     | Some c ->
-        Mv.send_moves t.mv ~now:(now t) ~view:(c.view, c.addrs) ~addr:t.me.addr
-          ~send:(migrate_send t)
+        Mv.send_moves t.mv ~now:(now t)
+          ~view:(V.view c, V.addrs c)
+          ~addr:t.me.addr ~send:(migrate_send t)
     | None -> ()
 
   (* While a view change is under way, members of other partitions may
@@ -411,181 +191,139 @@ module Make (T : Transport.S) = struct
       ~switch:(fun oc local ->
         t.conn <- Lazy.from_val oc;
         t.me <- { t.me with addr = T.address_to_string local })
-      ~members:(Option.map (fun c -> c.view.View.members) t.cur)
+      ~members:(Option.map V.members (cur t))
       oc;
-    match t.cur with
-    | Some c ->
-        Ep.Binding.set_conn c.ep oc;
-        Ep.Binding.set_addr c.ep c.view.View.rank (B.query oc).B.local;
+    match current t with
+    | Some (c, ep) ->
+        Ep.Binding.set_conn ep oc;
+        Ep.Binding.set_addr ep (V.rank c) (B.query oc).B.local;
         send_moves t
     | None -> ()
 
-  (* Within two merge timeouts of running again after a pause. *)
-  let recently_resumed t =
-    match t.pause.resumed_at with
-    | Some r -> now t - r <= 2 * t.timing.merge_timeout
-    | None -> false
+  let recently_resumed t = Group_pause.recently_resumed t.pause ~now:(now t)
 
   (* The current view as the membership kernel sees it. *)
-  let ctx t c =
-    {
-      Mb.now = now t;
-      me = t.me;
-      view = c.view;
-      addrs = c.addrs;
-      pubs = c.pubs;
-      coord = coordinator_rank c;
-      blocked = t.blocked;
-      resumed = recently_resumed t;
-      gone =
-        (fun r ->
-          c.suspected.(r)
-          ||
-          match c.reported with
-          | Some (_, ex, lv, _) -> List.mem r ex || List.mem r lv
-          | None -> false);
-      reported = c.reported;
-    }
+  let ctx t c = Mb.context ~now:(now t) ~me:t.me ~blocked:t.blocked ~resumed:(recently_resumed t) c
+
+  (* {1 Installing a view} *)
+
+  (* The next view runs [stack] ({!Group_switch}). *)
+  let adopt_stack t ~vid stack =
+    match adopt t stack with
+    | Ok () -> ()
+    | Error e ->
+        Log.err (fun m -> m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e)
+
+  (* The members' addresses by rank, this member's where it is, whatever the view's maker knew
+     (and whether it knew an old one); [None] if one is bad. *)
+  let addresses t ~vid ~rank members =
+    let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
+    if List.exists Option.is_none addrs then begin
+      Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid);
+      None
+    end
+    else
+      let addrs = Array.of_list (List.map Option.get addrs) in
+      let stale = (List.nth members rank).addr <> t.me.addr in
+      addrs.(rank) <- (B.query (conn t)).B.local;
+      Mv.addresses t.mv ~rank ~members:(List.map (fun (m : Side.member) -> m.eid) members) addrs;
+      Some (addrs, stale)
+
+  (* The current view [old] ends, view [vid] of [eids] comes: migration, quorum, the transitional
+     view (EVS), the old stack stopped, the new key (Rekey), state transfer. *)
+  let end_view t ~old ~vid ~eids ~stale ~at_old_addr key =
+    Mv.install t.mv
+      ~prev_vid:(match old with Some c -> V.id c | None -> "")
+      ~eids ~stale ~at_old_addr ~conn:(conn t);
+    Group_primary.end_view t.quorum;
+    Group_evs.view_change t.evs ~ending:(Option.map V.view old) ~next:vid ~members:eids;
+    (* The old stack goes first: its buffers are released now. *)
+    Option.iter (stop_stack t) t.ep;
+    Group_rekey.activate t.rekey ~vid key;
+    t.counts.views <- t.counts.views + 1;
+    Option.iter Xfer.end_view t.xfer
 
   let rec install ?stack ?key t ~vid ~ltime ~(members : Side.member list) =
     match index_where (fun (m : Side.member) -> m.eid = t.me.eid) members with
     | None -> ()
     | Some rank -> (
-        (match stack with
-        | Some st -> (
-            match adopt t st with
-            | Ok () -> ()
-            | Error e ->
-                Log.err (fun m ->
-                    m "%s: view %s runs a stack this member cannot build: %s" t.me.eid vid e))
-        | None -> ());
+        Option.iter (adopt_stack t ~vid) stack;
         Group_switch.installed t.sw;
-        if List.length members > 1 then t.pause.dead_view <- None;
-        let addrs = List.map (fun (m : Side.member) -> addr_of t m.addr) members in
-        if List.exists Option.is_none addrs then
-          Log.err (fun m -> m "%s: view %s has a bad address" t.me.eid vid)
-        else
-          let addrs = Array.of_list (List.map Option.get addrs) in
-          (* This member is where it is, whatever the view's maker knew. *)
-          let stale = (List.nth members rank).addr <> t.me.addr in
-          addrs.(rank) <- (B.query (conn t)).B.local;
-          Mv.addresses t.mv ~rank ~members:(List.map (fun (m : Side.member) -> m.eid) members) addrs;
-          let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
-          Mb.learn t.mb ~me:t.me.eid members;
-          let view = View.v ~group:t.group ~ltime ~id:vid ~members:eids ~rank () in
-          let old = t.cur in
-          Mv.install t.mv
-            ~prev_vid:(match old with Some c -> c.view.View.id | None -> "")
-            ~eids ~stale ~at_old_addr:(List.nth members rank).addr ~conn:(conn t);
-          Group_primary.end_view t.quorum;
-          Group_evs.view_change t.evs
-            ~ending:(Option.map (fun c -> c.view) old)
-            ~next:vid ~members:eids;
-          (* The old stack goes first: its buffers are released now. *)
-          Option.iter (stop_stack t) old;
-          Group_rekey.activate t.rekey ~vid key;
-          t.counts.views <- t.counts.views + 1;
-          Option.iter Xfer.end_view t.xfer;
-          let before = match old with Some c -> Array.to_list c.view.View.members | None -> [] in
-          let info =
-            {
-              vid;
-              ltime;
-              members = eids;
-              rank;
-              coordinator = eids.(0);
-              joined = List.filter (fun e -> not (List.mem e before)) (Array.to_list eids);
-              left = List.filter (fun e -> not (Array.mem e eids)) before;
-              why =
-                (match old with
-                | None -> []
-                | Some c ->
-                    List.filter_map
-                      (fun (r, e) ->
-                        if Array.mem e eids then None
-                        else
-                          Some
-                            ( e,
-                              match Hashtbl.find_opt c.reasons r with
-                              | Some why -> "excluded: " ^ why
-                              | None -> (
-                                  match c.reported with
-                                  | Some (_, _, leaving, _) when List.mem r leaving -> "left"
-                                  | _ -> "not in the next view") ))
-                      (List.mapi (fun r e -> (r, e)) before));
-            }
-          in
-          let cell = ref None in
-          let app =
-            {
-              Stack.deliver = (fun src msg -> deliver t cell src msg);
-              ctl = (fun e -> ctl t cell e);
-            }
-          in
-          match
-            Ep.Binding.bind
-              ~params:
-                (Params.set Bottom.stack_param
-                   (Params.String (Stack_id.digest (Group_switch.sid t.sw)))
-                   (Group_switch.params t.sw))
-              ~pool:t.pool t.tr (conn t) ~view ~addrs ~rng:(Rng.split t.rng)
-              ~layers:(Group_switch.layers t.sw) ~app ()
-          with
-          | Error e ->
-              Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
-          | Ok ep ->
-              let c =
-                {
-                  view;
-                  info;
-                  addrs;
-                  pubs = Array.of_list (List.map (fun (m : Side.member) -> m.pub) members);
-                  ep;
-                  suspected = Array.make (Array.length eids) false;
-                  reasons = Hashtbl.create 4;
-                  reported = None;
-                }
-              in
-              cell := Some c;
-              t.cur <- Some c;
-              t.blocked <- false;
-              Group_queue.set_stack_flow t.queue false;
-              Mb.installed t.mb;
-              Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
-              (* Who is gone, and why: left, or excluded and the suspicion. *)
-              List.iter
-                (fun (e, why) ->
-                  Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why))
-                info.why;
-              let decision =
-                Group_primary.install t.quorum ~layers:(Group_switch.layers t.sw)
-                  ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
-              in
-              t.app.cb.view info;
-              Group_primary.start t.quorum ~vid ~dn_ctl:(Ep.Binding.dn_ctl ep) decision;
-              Option.iter
-                (fun x ->
-                  Xfer.start_view x ~vid ~members:eids ~rank
-                    ~hold_credit:(fun hold ->
-                      Ep.Binding.dn_ctl ep (Mflow.Hold_credit { who = "xfer"; hold; except = [] }))
-                    ~cast_ctl:(fun payload ->
-                      Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
-                    ~send_ctl:(fun r payload ->
-                      Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
-                t.xfer;
-              flush_queue t;
-              send_moves t;
-              close_old t;
-              update_flow t)
+        Group_pause.installed t.pause ~size:(List.length members);
+        match addresses t ~vid ~rank members with
+        | None -> ()
+        | Some (addrs, stale) -> (
+            let eids = Array.of_list (List.map (fun (m : Side.member) -> m.eid) members) in
+            Mb.learn t.mb ~me:t.me.eid members;
+            let old = cur t in
+            end_view t ~old ~vid ~eids ~stale ~at_old_addr:(List.nth members rank).addr key;
+            let c = V.create ~group:t.group ~vid ~ltime ~members ~rank ~addrs ~previous:old in
+            match bind t c with
+            | Error e ->
+                Log.err (fun m -> m "%s: cannot build the stack: %a" t.me.eid Endpoint.pp_error e)
+            | Ok ep -> start_view t c ep members))
+
+  (* View [c]'s stack, on the member's connection, its events for [c] while it is current. *)
+  and bind t c =
+    let cell = ref None in
+    let app =
+      { Stack.deliver = (fun src msg -> deliver t cell src msg); ctl = (fun e -> ctl t cell e) }
+    in
+    match
+      Ep.Binding.bind
+        ~params:
+          (Params.set Bottom.stack_param
+             (Params.String (Stack_id.digest (Group_switch.sid t.sw)))
+             (Group_switch.params t.sw))
+        ~pool:t.pool t.tr (conn t) ~view:(V.view c) ~addrs:(V.addrs c) ~rng:(Rng.split t.rng)
+        ~layers:(Group_switch.layers t.sw) ~app ()
+    with
+    | Error e -> Error e
+    | Ok ep ->
+        cell := Some c;
+        Ok ep
+
+  (* View [c] is current on stack [ep]: the kernel holds it, the application is told it (and the
+     quorum, with Primary), state transfer starts, the queue goes out, moves are told. *)
+  and start_view t c ep members =
+    let info = V.info c and vid = V.id c in
+    t.ep <- Some ep;
+    Mb.set_current t.mb c;
+    t.blocked <- false;
+    Group_queue.set_stack_flow t.queue false;
+    Mb.installed t.mb;
+    Log.info (fun m -> m "%s: installed %a" t.me.eid pp_view_info info);
+    (* Who is gone, and why: left, or excluded and the suspicion. *)
+    List.iter
+      (fun (e, why) -> Log.info (fun m -> m "%s: %s is not in view %s: %s" t.me.eid e vid why))
+      info.why;
+    let decision =
+      Group_primary.install t.quorum ~layers:(Group_switch.layers t.sw)
+        ~members:(List.map (fun (m : Side.member) -> (m.eid, m.addr)) members)
+    in
+    t.app.cb.view info;
+    Group_primary.start t.quorum ~vid ~dn_ctl:(Ep.Binding.dn_ctl ep) decision;
+    Option.iter
+      (fun x ->
+        Xfer.start_view x ~vid ~members:(V.members c) ~rank:(V.rank c)
+          ~hold_credit:(fun hold ->
+            Ep.Binding.dn_ctl ep (Mflow.Hold_credit { who = "xfer"; hold; except = [] }))
+          ~cast_ctl:(fun payload -> Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Cast; payload }))
+          ~send_ctl:(fun r payload ->
+            Ep.Binding.dn_ctl ep (Xfer.Out { dst = Event.Send r; payload })))
+      t.xfer;
+    flush_queue t;
+    send_moves t;
+    close_old t;
+    update_flow t
 
   and flush_queue t =
     Group_queue.flush t.queue
-      ~ready:(fun () -> (not t.blocked) && (not (Group_primary.waiting t.quorum)) && t.cur <> None)
+      ~ready:(fun () -> (not t.blocked) && (not (Group_primary.waiting t.quorum)) && cur t <> None)
       (function
         | `Cast s when Group_primary.outside_primary t.quorum ->
             let why =
-              Fmt.str "view %s is not primary"
-                (match t.cur with Some c -> c.view.View.id | None -> "")
+              Fmt.str "view %s is not primary" (match cur t with Some c -> V.id c | None -> "")
             in
             Log.warn (fun m ->
                 m "%s: a cast accepted during the view change is lost: %s" t.me.eid why);
@@ -594,19 +332,19 @@ module Make (T : Transport.S) = struct
         | `Send (dst, s) -> send_now t dst s)
 
   and cast_now t s =
-    match t.cur with
-    | Some c ->
+    match current t with
+    | Some (c, ep) ->
         sent t c `Cast s;
         t.counts.sent <- t.counts.sent + 1;
-        Ep.Binding.cast c.ep (Msg.create (Iovecs.of_string t.pool s))
+        Ep.Binding.cast ep (Msg.create (Iovecs.of_string t.pool s))
     | None -> ()
 
   (* [len] bytes of [b] at [off], copied once, into a slice of the pool. *)
   and cast_now_bytes t b off len =
-    match t.cur with
-    | Some c ->
+    match current t with
+    | Some (c, ep) ->
         (match t.app.on_sent with
-        | Some f -> f ~vid:c.view.View.id `Cast (Bytes.sub_string b off len)
+        | Some f -> f ~vid:(V.id c) `Cast (Bytes.sub_string b off len)
         | None -> ());
         t.counts.sent <- t.counts.sent + 1;
         let body =
@@ -617,20 +355,19 @@ module Make (T : Transport.S) = struct
             [ v ]
           end
         in
-        Ep.Binding.cast c.ep (Msg.create body)
+        Ep.Binding.cast ep (Msg.create body)
     | None -> ()
 
-  and sent t c what s =
-    match t.app.on_sent with Some f -> f ~vid:c.view.View.id what s | None -> ()
+  and sent t c what s = match t.app.on_sent with Some f -> f ~vid:(V.id c) what s | None -> ()
 
   and send_now t dst s =
-    match t.cur with
-    | Some c -> (
-        match index_where (String.equal dst) (Array.to_list c.view.View.members) with
-        | Some r when r <> c.view.View.rank ->
+    match current t with
+    | Some (c, ep) -> (
+        match V.rank_of c dst with
+        | Some r when r <> V.rank c ->
             sent t c (`Send dst) s;
             t.counts.sent <- t.counts.sent + 1;
-            Ep.Binding.send c.ep r (Msg.create (Iovecs.of_string t.pool s))
+            Ep.Binding.send ep r (Msg.create (Iovecs.of_string t.pool s))
         | Some _ ->
             sent t c (`Send dst) s;
             t.counts.sent <- t.counts.sent + 1;
@@ -640,36 +377,16 @@ module Make (T : Transport.S) = struct
             (* Accepted while the view changed, and the destination did
                not come along into the new view. *)
             t.counts.dropped_sends <- t.counts.dropped_sends + 1;
-            Log.warn (fun m ->
-                m "%s: send to %s, not in view %s: dropped" t.me.eid dst c.view.View.id);
-            t.app.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst c.view.View.id))
+            Log.warn (fun m -> m "%s: send to %s, not in view %s: dropped" t.me.eid dst (V.id c));
+            t.app.on_lost (`Send dst) s (Printf.sprintf "%s is not in view %s" dst (V.id c)))
     | None -> ()
 
   and deliver t cell (src : Event.src) msg =
     match (t.app.on_bytes, t.xfer, !cell, src) with
-    | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r)
-      when match t.cur with Some c' -> c == c' | None -> false ->
+    | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r) when is_current t c ->
         let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
-        let origin = c.view.View.members.(r) in
-        (* One piece: a view of the received datagram. A message
-           reassembled from fragments is in pieces: one copy. *)
-        piece.n <- 0;
-        Msg.iter_body note_piece msg;
-        if piece.n = 1 then
-          f kind ~origin (Cstruct.of_bigarray ~off:piece.off ~len:piece.len piece.buf)
-        else if piece.n = 0 then f kind ~origin Cstruct.empty
-        else begin
-          let body = Msg.body msg in
-          let v = Iovecs.flatten t.pool body in
-          Iovecs.release body;
-          t.counts.copies <- t.counts.copies + 1;
-          t.counts.copied_bytes <- t.counts.copied_bytes + Iovec.length v;
-          Fun.protect
-            ~finally:(fun () -> Iovec.release v)
-            (fun () -> f kind ~origin (Iovec.cstruct v))
-        end;
-        piece.buf <- no_buffer;
-        Msg.release msg
+        let origin = (V.members c).(r) in
+        Group_deliver.bytes ~pool:t.pool ~counts:t.counts msg (f kind ~origin)
     | _ -> deliver_string t cell src msg
 
   and deliver_string t cell (src : Event.src) msg =
@@ -678,24 +395,22 @@ module Make (T : Transport.S) = struct
     t.counts.copies <- t.counts.copies + 1;
     t.counts.copied_bytes <- t.counts.copied_bytes + String.length s;
     match !cell with
-    | Some c when not (match t.cur with Some c' -> c == c' | None -> false) -> ()
+    | Some c when not (is_current t c) -> ()
     | Some c -> (
         (match src with
         | Event.Cast_from _ | Event.Send_from _ -> t.counts.delivered <- t.counts.delivered + 1
         | Event.Raw -> ());
         match (src, t.xfer) with
-        | Event.Cast_from r, None -> t.app.cb.cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r, None -> t.app.cb.send ~origin:c.view.View.members.(r) s
-        | Event.Cast_from r, Some x ->
-            Xfer.on_app x ~vid:c.view.View.id `Cast ~origin:c.view.View.members.(r) s
-        | Event.Send_from r, Some x ->
-            Xfer.on_app x ~vid:c.view.View.id `Send ~origin:c.view.View.members.(r) s
+        | Event.Cast_from r, None -> t.app.cb.cast ~origin:(V.members c).(r) s
+        | Event.Send_from r, None -> t.app.cb.send ~origin:(V.members c).(r) s
+        | Event.Cast_from r, Some x -> Xfer.on_app x ~vid:(V.id c) `Cast ~origin:(V.members c).(r) s
+        | Event.Send_from r, Some x -> Xfer.on_app x ~vid:(V.id c) `Send ~origin:(V.members c).(r) s
         | Event.Raw, _ -> ())
     | None -> ()
 
   and ctl t cell e =
-    match !cell with
-    | Some c when match t.cur with Some c' -> c == c' | None -> false -> (
+    match (!cell, t.ep) with
+    | Some c, Some ep when is_current t c -> (
         match e with
         | Gmp.Block ->
             if not t.blocked then begin
@@ -705,53 +420,46 @@ module Make (T : Transport.S) = struct
         | Gevent.Suspect { ranks; reason } ->
             List.iter
               (fun r ->
-                if r >= 0 && r < Array.length c.suspected && not c.suspected.(r) then begin
-                  c.suspected.(r) <- true;
-                  Hashtbl.replace c.reasons r reason;
-                  Log.info (fun m ->
-                      m "%s: suspects %s: %s" t.me.eid c.view.View.members.(r) reason)
-                end)
+                if V.suspect c r reason then
+                  Log.info (fun m -> m "%s: suspects %s: %s" t.me.eid (V.members c).(r) reason))
               ranks
         | Gmp.Flushed { survivors; leavers } ->
-            run t c (Mb.handle t.mb (ctx t c) (Mb.Flushed { survivors; leavers }))
+            run t ep (Mb.handle t.mb (ctx t c) (Mb.Flushed { survivors; leavers }))
         | Gmp.Reported { coord; excluded; leaving; into } ->
-            c.reported <- Some (coord, excluded, leaving, into)
+            V.report c (coord, excluded, leaving, into)
         | Gmp.Excluded ->
             (* After a pause, a flush of its view that excludes it tells
                this member as much as gossip does. *)
             if recently_resumed t then
-              t.pause.dead_view <-
-                Some
-                  ( now t,
-                    Printf.sprintf "view %s went on without this member (excluded): rejoining"
-                      c.view.View.id );
-            run t c (Mb.handle t.mb (ctx t c) Mb.Alone)
+              Group_pause.dead_view t.pause ~now:(now t)
+                (Printf.sprintf "view %s went on without this member (excluded): rejoining" (V.id c));
+            run t ep (Mb.handle t.mb (ctx t c) Mb.Alone)
         | Event.Blocked b ->
             Group_queue.set_stack_flow t.queue b;
             update_flow t
         | Xfer.In { src; payload } -> Option.iter (fun x -> Xfer.on_ctl x ~src payload) t.xfer
         | e ->
             (* The view's quorum is decided (primary or not). *)
-            if Group_primary.on_ctl t.quorum ~vid:c.view.View.id ~dn_ctl:(Ep.Binding.dn_ctl c.ep) e
-            then begin
+            if Group_primary.on_ctl t.quorum ~vid:(V.id c) ~dn_ctl:(Ep.Binding.dn_ctl ep) e then begin
               flush_queue t;
               update_flow t
             end)
     | _ -> ()
 
-  (* What the membership kernel asks for, done in its order, on view [c]'s stack. *)
-  and run t c actions =
+  (* What the membership kernel asks for, done in its order, on stack [ep] (the view's when it
+     was asked). *)
+  and run t ep actions =
     List.iter
       (function
         | Mb.Send (a, m) -> side_send t a m
-        | Mb.Start_flush why -> Ep.Binding.dn_ctl c.ep (Gmp.Start_flush why)
-        | Mb.Merge_into eid -> Ep.Binding.dn_ctl c.ep (Gmp.Merge_into eid)
+        | Mb.Start_flush why -> Ep.Binding.dn_ctl ep (Gmp.Start_flush why)
+        | Mb.Merge_into eid -> Ep.Binding.dn_ctl ep (Gmp.Merge_into eid)
         | Mb.Suspect { ranks; reason } ->
-            Ep.Binding.dn_ctl c.ep (Gevent.Suspect_request { ranks; reason })
+            Ep.Binding.dn_ctl ep (Gevent.Suspect_request { ranks; reason })
         | Mb.Install { vid; ltime; members; stack; key } ->
             install t ?key ?stack ~vid ~ltime ~members
-        | Mb.Dead_view why -> t.pause.dead_view <- Some (now t, why)
-        | Mb.Leave -> Ep.Binding.dn_ctl c.ep Gmp.Leave
+        | Mb.Dead_view why -> Group_pause.dead_view t.pause ~now:(now t) why
+        | Mb.Leave -> Ep.Binding.dn_ctl ep Gmp.Leave
         | Mb.Exit -> exit_group t
         | Mb.Refused { vid; src; why } -> (
             let refused why =
@@ -771,14 +479,17 @@ module Make (T : Transport.S) = struct
   and exit_group t =
     if not t.exited then begin
       t.exited <- true;
-      Group_evs.leave t.evs ~ending:(Option.map (fun c -> c.view) t.cur) ~me:t.me.eid;
-      Option.iter (stop_stack t) t.cur;
+      Group_evs.leave t.evs ~ending:(Option.map V.view (cur t)) ~me:t.me.eid;
+      Option.iter (stop_stack t) t.ep;
       Option.iter T.cancel t.tick;
       Mv.close_all t.mv;
       B.close (conn t);
       Log.info (fun m -> m "%s: left the group" t.me.eid);
       t.app.cb.exit ()
     end
+
+  (* One step of the membership kernel in view [c], its actions done on [c]'s stack [ep]. *)
+  let step t (c, ep) input = run t ep (Mb.handle t.mb (ctx t c) input)
 
   (* {1 The side channel} *)
 
@@ -795,11 +506,12 @@ module Make (T : Transport.S) = struct
 
   (* What a member whose application reports nothing answers: the view as
      the runtime knows it. *)
-  let default_status t (c : cur) =
+  let default_status t c =
     Printf.sprintf {|{"group":%s,"me":%s,"view":%s,"members":[%s],"rank":%d,"blocked":%b}|}
-      (json_string t.group) (json_string t.me.eid) (json_string c.view.View.id)
-      (String.concat "," (List.map json_string (Array.to_list c.view.View.members)))
-      c.view.View.rank t.blocked
+      (json_string t.group) (json_string t.me.eid)
+      (json_string (V.id c))
+      (String.concat "," (List.map json_string (Array.to_list (V.members c))))
+      (V.rank c) t.blocked
 
   let my_status t c = Group_status.mine t.status ~default:(fun () -> default_status t c)
 
@@ -808,16 +520,12 @@ module Make (T : Transport.S) = struct
      forged source cannot aim answers at a third party), at most
      [max_status_answers] a second. *)
   let answer_status t c ~vid ~nonce ~eid =
-    let rank =
-      Option.value ~default:(-1)
-        (index_where (String.equal eid) (Array.to_list c.view.View.members))
-    in
-    if vid <> c.view.View.id || rank < 0 || eid = t.me.eid then
-      t.counts.garbage <- t.counts.garbage + 1
+    let rank = Option.value ~default:(-1) (V.rank_of c eid) in
+    if vid <> V.id c || rank < 0 || eid = t.me.eid then t.counts.garbage <- t.counts.garbage + 1
     else if not (Group_status.may_answer t.status ~now:(now t)) then
       t.counts.garbage <- t.counts.garbage + 1
     else
-      side_send t c.addrs.(rank)
+      side_send t (V.addr c rank)
         (Side.Status_ans
            { group = t.group; vid; nonce; eid = t.me.eid; dst = eid; status = my_status t c })
 
@@ -831,7 +539,7 @@ module Make (T : Transport.S) = struct
       (* Sent to another member: a capture replayed here, or a forgery. *)
       t.counts.side_misdirected <- t.counts.side_misdirected + 1
     else
-      match (v, t.cur) with
+      match (v, current t) with
       | (Side.Gossip { coord = m; _ } | Side.Merge_req { members = m :: _; _ }), Some _
         when Group_rekey.enabled t.rekey <> (m.pub <> "") ->
           (* Members with and without per-view keys cannot share a view:
@@ -851,37 +559,36 @@ module Make (T : Transport.S) = struct
       | Side.Gossip { coord; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack) ->
           Mb.remember t.mb coord;
           other_stack t ~peer:coord.eid stack
-      | Side.Gossip _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
+      | Side.Gossip _, Some ce -> step t ce (Mb.Side { src; msg = v })
       | Side.Merge_req { members; stack; _ }, Some _ when not (Group_switch.is_current t.sw stack)
         ->
           other_stack t
             ~peer:(match members with m :: _ -> m.eid | [] -> T.address_to_string src)
             stack
-      | Side.Switch_req { vid; stack; _ }, Some c ->
+      | Side.Switch_req { vid; stack; _ }, Some (c, _) ->
           (* From a member of this view, about this view's stack. *)
-          if vid = c.view.View.id && Array.exists (fun a -> T.equal_address a src) c.addrs then
+          if vid = V.id c && Array.exists (fun a -> T.equal_address a src) (V.addrs c) then
             Group_switch.asked t.sw stack
-      | Side.Merge_req _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
-      | Side.Status_req { vid; nonce; eid; _ }, Some c -> answer_status t c ~vid ~nonce ~eid
+      | Side.Merge_req _, Some ce -> step t ce (Mb.Side { src; msg = v })
+      | Side.Status_req { vid; nonce; eid; _ }, Some (c, _) -> answer_status t c ~vid ~nonce ~eid
       | Side.Status_ans { vid; nonce; eid; status; _ }, Some _ ->
           status_answer t ~vid ~nonce ~eid status
-      | (Side.Probe _ | Side.Probe_ack _), Some c ->
-          run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
-      | Side.Install _, Some c -> run t c (Mb.handle t.mb (ctx t c) (Mb.Side { src; msg = v }))
+      | (Side.Probe _ | Side.Probe_ack _), Some ce -> step t ce (Mb.Side { src; msg = v })
+      | Side.Install _, Some ce -> step t ce (Mb.Side { src; msg = v })
       | Side.Install_ack { vid; eid; _ }, _ -> Mb.acked t.mb ~vid ~eid ~src
       | _, None -> ()
 
   (* Another member moved, or acknowledges this member's move. *)
   let on_migrate t ~src m =
-    let cur = t.cur in
+    let cur = current t in
     Mv.on_msg t.mv
-      ~view:(Option.map (fun c -> (c.view, c.addrs)) cur)
+      ~view:(Option.map (fun (c, _) -> (V.view c, V.addrs c)) cur)
       ~src ~send:(migrate_send t)
       ~close_old:(fun () -> close_old t)
       ~moved:(fun r eid ->
         match cur with
-        | Some c ->
-            Ep.Binding.set_addr c.ep r src;
+        | Some (_, ep) ->
+            Ep.Binding.set_addr ep r src;
             (* Known there, and a view this coordinator waits on goes there too. *)
             Mb.moved t.mb ~eid src
         | None -> ())
@@ -914,33 +621,31 @@ module Make (T : Transport.S) = struct
             Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
         Iovec.release v
       end
-      else match t.cur with Some c -> Ep.Binding.recv c.ep v | None -> Iovec.release v
+      else match t.ep with Some ep -> Ep.Binding.recv ep v | None -> Iovec.release v
     end
 
   (* {1 Periodic work} *)
 
   let rec tick t =
     t.tick <- None;
-    if t.pause.last_tick > 0 && now t - t.pause.last_tick > t.timing.merge_timeout then
-      t.pause.resumed_at <- Some (now t);
-    t.pause.last_tick <- now t;
+    Group_pause.tick t.pause ~now:(now t);
     Mb.expire_probes t.mb ~now:(now t);
     if not t.exited then begin
-      (match t.cur with
-      | Some c ->
+      (match current t with
+      | Some ce ->
           (* The view this coordinator announced: resent, or given up. *)
-          run t c (Mb.handle t.mb (ctx t c) Mb.Retry);
+          step t ce Mb.Retry;
           (* A merge under way: asked again, waited on, or given up (a fresh
              view of this partition). *)
-          run t c (Mb.handle t.mb (ctx t c) Mb.Merge_wait);
+          step t ce Mb.Merge_wait;
           (* Leaving: gone once the time is up or the view it named is acknowledged. *)
-          (match t.cur with
-          | Some c -> run t c (Mb.handle t.mb (ctx t c) Mb.Leave_wait)
+          (match current t with
+          | Some ce -> step t ce Mb.Leave_wait
           | None -> ());
           (* A switch asked for: the coordinator runs it (the view it makes
              next runs the new stack); another member asks the coordinator. *)
-          (match (Group_switch.wanted t.sw, t.cur) with
-          | Some (epoch, sid), Some c when not t.exited ->
+          (match (Group_switch.wanted t.sw, current t) with
+          | Some (epoch, sid), Some (c, ep) when not t.exited ->
               if is_coordinator t then begin
                 if
                   (not t.blocked)
@@ -948,28 +653,24 @@ module Make (T : Transport.S) = struct
                   && (not (Mb.absorbing t.mb))
                   && not (Mb.leaving t.mb)
                 then begin
-                  Group_switch.start t.sw ~vid:c.view.View.id (epoch, sid);
-                  Ep.Binding.dn_ctl c.ep (Gmp.Start_flush "switch")
+                  Group_switch.start t.sw ~vid:(V.id c) (epoch, sid);
+                  Ep.Binding.dn_ctl ep (Gmp.Start_flush "switch")
                 end
               end
               else if not t.blocked then
                 side_send t
-                  c.addrs.(coordinator_rank c)
+                  (V.addr c (V.coordinator_rank c))
                   (Side.Switch_req
                      {
                        group = t.group;
-                       vid = c.view.View.id;
+                       vid = V.id c;
                        stack = { Side.epoch; id = Stack_id.to_string sid };
-                       dst = c.view.View.members.(coordinator_rank c);
+                       dst = (V.members c).(V.coordinator_rank c);
                      })
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
-          (match t.cur with
-          | Some c when not t.exited -> run t c (Mb.handle t.mb (ctx t c) Mb.Heard)
-          | _ -> ());
-          (match t.cur with
-          | Some c when not t.exited -> run t c (Mb.handle t.mb (ctx t c) Mb.Gossip)
-          | _ -> ());
+          (match current t with Some ce when not t.exited -> step t ce Mb.Heard | _ -> ());
+          (match current t with Some ce when not t.exited -> step t ce Mb.Gossip | _ -> ());
           (* A move not yet acknowledged by everyone: told again, or
              undone. *)
           if not t.exited then
@@ -1054,14 +755,7 @@ module Make (T : Transport.S) = struct
                 | Ok () ->
                     let info = B.query conn in
                     let addr = T.address_to_string info.B.local in
-                    let max_message =
-                      if List.exists (fun l -> Layer.name l = Frag.name) layers then
-                        Params.int params Frag.Param.max_message
-                      else
-                        (* Without Frag a message is one datagram, headers of
-                       every layer included. *)
-                        max 0 (info.B.mtu - header_reserve)
-                    in
+                    let max_message = max_message_of params layers info.B.mtu in
                     let eid = addr ^ "#" ^ incarnation in
                     let on_primary = primary in
                     let xfer =
@@ -1108,18 +802,7 @@ module Make (T : Transport.S) = struct
                         pool;
                         rng;
                         app = { cb; on_sent; on_lost; on_bytes };
-                        counts =
-                          {
-                            views = 0;
-                            sent = 0;
-                            delivered = 0;
-                            copies = 0;
-                            copied_bytes = 0;
-                            dropped_sends = 0;
-                            send_errors = 0;
-                            garbage = 0;
-                            side_misdirected = 0;
-                          };
+                        counts = Group_counters.create ();
                         discovery;
                         mb =
                           Mb.create ~group ~rng ~peers ?discovery ~heal
@@ -1130,7 +813,7 @@ module Make (T : Transport.S) = struct
                             ~next_stack:(fun () -> Group_switch.next sw)
                             ~wrap:(Group_rekey.wrap rekey) ~buildable:(Group_switch.buildable sw)
                             ~unwrap:(Group_rekey.view_key rekey) ();
-                        cur = None;
+                        ep = None;
                         blocked = false;
                         queue =
                           Group_queue.create
@@ -1138,7 +821,8 @@ module Make (T : Transport.S) = struct
                             ~flow:cb.flow;
                         max_message;
                         status = Group_status.create ();
-                        pause = { last_tick = 0; resumed_at = None; dead_view = None };
+                        pause =
+                          Group_pause.create ~merge_timeout:(Params.time params Param.merge_timeout);
                         exited = false;
                         xfer;
                         sw;
@@ -1147,7 +831,6 @@ module Make (T : Transport.S) = struct
                         quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
                         told = [];
                         tick = None;
-                        past = [];
                         rekey;
                         timing =
                           {
@@ -1176,11 +859,8 @@ module Make (T : Transport.S) = struct
   let cast_admit t len =
     match admit t len with
     | Error e -> refuse t e
-    | Ok ()
-      when match t.pause.dead_view with
-           | Some (at, _) -> now t - at <= 2 * t.timing.merge_timeout
-           | None -> false ->
-        refuse t (Not_primary (snd (Option.get t.pause.dead_view)))
+    | Ok () when Group_pause.refusal t.pause ~now:(now t) <> None ->
+        refuse t (Not_primary (Option.get (Group_pause.refusal t.pause ~now:(now t))))
     | Ok () when Group_primary.refusal t.quorum <> None ->
         refuse t (Not_primary (Option.get (Group_primary.refusal t.quorum)))
     | Ok () ->
@@ -1216,8 +896,8 @@ module Make (T : Transport.S) = struct
     match admit t (String.length s) with
     | Error e -> refuse t e
     | Ok () -> (
-        match t.cur with
-        | Some c when not (Array.mem dst c.view.View.members) -> refuse t (Not_member dst)
+        match cur t with
+        | Some c when not (Array.mem dst (V.members c)) -> refuse t (Not_member dst)
         | _ ->
             if t.blocked || not (Group_queue.is_empty t.queue) then
               Group_queue.push t.queue (`Send (dst, s))
@@ -1266,12 +946,11 @@ module Make (T : Transport.S) = struct
                   let local = (B.query nc).B.local in
                   t.conn <- Lazy.from_val nc;
                   t.me <- { t.me with addr = T.address_to_string local };
-                  Mv.moved t.mv ~now:(now t) ~old ~local
-                    ~members:(Option.map (fun c -> c.view.View.members) t.cur);
-                  (match t.cur with
-                  | Some c ->
-                      Ep.Binding.set_conn c.ep nc;
-                      Ep.Binding.set_addr c.ep c.view.View.rank local;
+                  Mv.moved t.mv ~now:(now t) ~old ~local ~members:(Option.map V.members (cur t));
+                  (match current t with
+                  | Some (c, ep) ->
+                      Ep.Binding.set_conn ep nc;
+                      Ep.Binding.set_addr ep (V.rank c) local;
                       send_moves t;
                       close_old t
                   | None -> ());
@@ -1282,14 +961,14 @@ module Make (T : Transport.S) = struct
   let set_status_handler t f = Group_status.set_handler t.status f
 
   let query_status ?(timeout = Time.of_sec 2.) t k =
-    match t.cur with
+    match cur t with
     | _ when t.exited -> k (Error "this member has left the group")
     | None -> k (Error "this member is not in a view yet")
     | Some c -> (
         match Group_status.refusal t.status with
         | Some e -> k (Error e)
         | None ->
-            let vid = c.view.View.id and members = Array.copy c.view.View.members in
+            let vid = V.id c and members = Array.copy (V.members c) in
             let nonce = Printf.sprintf "%016Lx" (Rng.bits64 t.rng) in
             let q =
               Group_status.start t.status ~nonce ~vid ~members
@@ -1303,7 +982,7 @@ module Make (T : Transport.S) = struct
               Array.iteri
                 (fun r id ->
                   if id <> t.me.eid then
-                    side_send t c.addrs.(r)
+                    side_send t (V.addr c r)
                       (Side.Status_req { group = t.group; vid; nonce; eid = t.me.eid; dst = id }))
                 members
             end)
@@ -1318,11 +997,9 @@ module Make (T : Transport.S) = struct
           Msg.release msg
 
   let member_address t id =
-    match t.cur with
+    match cur t with
     | Some c -> (
-        match index_where (String.equal id) (Array.to_list c.view.View.members) with
-        | Some r -> Some (T.address_to_string c.addrs.(r))
-        | None -> None)
+        match V.rank_of c id with Some r -> Some (T.address_to_string (V.addr c r)) | None -> None)
     | None -> None
 
   let unmoved t = Mv.unmoved t.mv
@@ -1335,42 +1012,31 @@ module Make (T : Transport.S) = struct
 
   let leave t =
     if not t.exited then
-      match t.cur with
-      | Some c -> run t c (Mb.leave t.mb ~now:(now t) ~alone:(Array.length c.view.View.members = 1))
+      match current t with
+      | Some (c, ep) -> run t ep (Mb.leave t.mb ~now:(now t) ~alone:(V.size c = 1))
       | None -> if Mb.leave t.mb ~now:(now t) ~alone:true <> [] then exit_group t
 
   let suspect t ids =
-    match t.cur with
-    | Some c when not t.exited ->
-        let ranks =
-          List.filter_map
-            (fun id -> index_where (String.equal id) (Array.to_list c.view.View.members))
-            ids
-        in
+    match current t with
+    | Some (c, ep) when not t.exited ->
+        let ranks = List.filter_map (V.rank_of c) ids in
         if ranks <> [] then
-          Ep.Binding.dn_ctl c.ep
+          Ep.Binding.dn_ctl ep
             (Gevent.Suspect_request { ranks; reason = "asked by the application" })
     | _ -> ()
 
   let connection t = B.inner (conn t)
   let bundle_stats t = B.stats (conn t)
   let copies t = (t.counts.copies, t.counts.copied_bytes)
-  let view t = match t.cur with Some c -> c.info | None -> invalid_arg "Group.view: no view"
-  let stack t = match t.cur with Some c -> Some (Ep.Binding.stack c.ep) | None -> None
+  let view t = match cur t with Some c -> V.info c | None -> invalid_arg "Group.view: no view"
+  let stack t = Option.map Ep.Binding.stack t.ep
   let queued t = Group_queue.length t.queue
   let garbage t = t.counts.garbage + Mb.garbage t.mb
 
   let counters t =
     let cur =
-      match t.cur with
-      | Some c when not t.exited ->
-          let st = Ep.Binding.stack c.ep in
-          let fused =
-            List.map
-              (fun (k, v) -> (String.map (function ' ' -> '_' | c -> c) k, v))
-              (("on", Bool.to_int (Stack.fused st)) :: Stack.fused_counters st)
-          in
-          Stack.counters st @ [ ("fused", fused) ]
+      match t.ep with
+      | Some ep when not t.exited -> Group_counters.of_stack (Ep.Binding.stack ep)
       | _ -> []
     in
     ( "group",
@@ -1385,22 +1051,8 @@ module Make (T : Transport.S) = struct
       ]
       @ Mv.counters t.mv
       @ [ ("sent", t.counts.sent); ("delivered", t.counts.delivered) ] )
-    :: (let b = B.stats (conn t) in
-        ( "bundle",
-          [
-            ("bundles_sent", b.Bundle.bundles_sent);
-            ("bundled", b.bundled);
-            ("bundles_received", b.bundles_received);
-            ("unbundled", b.unbundled);
-            ("malformed", b.malformed);
-          ] ))
-    ::
-    (if List.mem_assoc "bottom" cur then
-       List.map
-         (fun (l, kvs) ->
-           if l = "bottom" then (l, List.assoc l (add_counters t.past [ (l, kvs) ])) else (l, kvs))
-         cur
-     else cur @ t.past)
+    :: ("bundle", Bundle.counters (B.stats (conn t)))
+    :: Group_counters.with_past t.counts cur
 
   let needs_state t = match t.xfer with Some x -> Xfer.needs_state x | None -> false
 

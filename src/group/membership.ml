@@ -107,6 +107,7 @@ module Make (A : ADDRESS) = struct
     mutable merge_into : string; (* the coordinator the current merge asks *)
     mutable probes : probe list; (* out, newest first, at most [max_probes] *)
     mutable garbage : int; (* probe answers that match no probe out, Installs refused *)
+    mutable current : A.t Group_view.t option; (* the view installed, as the driver bound it *)
     mutable leaving : Time.t option; (* leaving the group: the time it goes anyway *)
   }
 
@@ -140,6 +141,7 @@ module Make (A : ADDRESS) = struct
       merge_into = "";
       probes = [];
       garbage = 0;
+      current = None;
       leaving = None;
     }
 
@@ -156,6 +158,23 @@ module Make (A : ADDRESS) = struct
   let probes_out t = List.length t.probes
   let known t = Hashtbl.length t.known
   let known_member t eid = Hashtbl.find_opt t.known eid
+  let current t = t.current
+  let set_current t v = t.current <- Some v
+
+  (* View [v] as a step of the kernel sees it. *)
+  let context ~now ~me ~blocked ~resumed v =
+    {
+      now;
+      me;
+      view = Group_view.view v;
+      addrs = Group_view.addrs v;
+      pubs = Group_view.pubs v;
+      coord = Group_view.coordinator_rank v;
+      blocked;
+      resumed;
+      gone = Group_view.gone v;
+      reported = Group_view.reported v;
+    }
 
   (* {1 Helpers} *)
 

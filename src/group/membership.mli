@@ -166,6 +166,18 @@ module Make (A : ADDRESS) : sig
   val garbage : t -> int
   (** Probe answers that matched no probe out, and Installs refused. *)
 
+  val current : t -> A.t Group_view.t option
+  (** The view installed last ({!set_current}); [None] before the first. *)
+
+  val set_current : t -> A.t Group_view.t -> unit
+  (** The driver installed this view (and bound its stack). *)
+
+  val context :
+    now:Consort.Time.t -> me:Side.member -> blocked:bool -> resumed:bool -> A.t Group_view.t -> ctx
+  (** A step's context: view [v] (its coordinator the least rank not suspected, a rank gone if
+      suspected or excluded or let go by the round this member reported to), with what the driver
+      knows of its own state. *)
+
   val probes_out : t -> int
   val known : t -> int
   val known_member : t -> string -> Side.member option

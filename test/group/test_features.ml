@@ -207,9 +207,47 @@ let status_timeout () =
     !got;
   Alcotest.(check (option string)) "room again" None (S.refusal t)
 
+(* Group_pause: a pause is the periodic work later than a merge timeout; what this member learns
+   within two merge timeouts of running again (a view that went on without it) refuses casts for
+   two merge timeouts at most, or until a view with others. *)
+let pause () =
+  let module P = G.Group_pause in
+  let mt = Time.of_ms 2000 in
+  let p = P.create ~merge_timeout:mt in
+  let ms = Time.of_ms in
+  P.tick p ~now:(ms 1000);
+  P.tick p ~now:(ms 1500);
+  Alcotest.(check bool) "on time: no pause" false (P.recently_resumed p ~now:(ms 1500));
+  P.tick p ~now:(ms 3500);
+  Alcotest.(check bool)
+    "exactly a merge timeout late: no pause" false
+    (P.recently_resumed p ~now:(ms 3500));
+  P.tick p ~now:(ms 5600);
+  Alcotest.(check bool) "later: a pause" true (P.recently_resumed p ~now:(ms 5600));
+  Alcotest.(check bool) "two merge timeouts after" true (P.recently_resumed p ~now:(ms 9600));
+  Alcotest.(check bool) "not after that" false (P.recently_resumed p ~now:(ms 9601));
+  Alcotest.(check (option string)) "casts taken" None (P.refusal p ~now:(ms 6000));
+  P.dead_view p ~now:(ms 6000) "view 3:a went on without this member";
+  Alcotest.(check (option string))
+    "casts refused" (Some "view 3:a went on without this member")
+    (P.refusal p ~now:(ms 6000));
+  P.installed p ~size:1;
+  Alcotest.(check (option string))
+    "still refused in a view of one" (Some "view 3:a went on without this member")
+    (P.refusal p ~now:(ms 10000));
+  Alcotest.(check (option string))
+    "for two merge timeouts at most" None
+    (P.refusal p ~now:(ms 10001));
+  P.dead_view p ~now:(ms 11000) "again";
+  P.installed p ~size:2;
+  Alcotest.(check (option string))
+    "taken again in a view with others" None
+    (P.refusal p ~now:(ms 11000))
+
 let () =
   Alcotest.run "features"
     [
+      ("pause", [ Alcotest.test_case "pauses and a view gone on without this member" `Quick pause ]);
       ( "queue",
         [
           Alcotest.test_case "admission, bound and flow" `Quick admission;

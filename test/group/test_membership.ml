@@ -677,9 +677,73 @@ let install_refused () =
   | [ M.Install _; ack ] when ack_to "a" "5:a#1" ack -> ()
   | l -> fail_with "the right one" l
 
+(* The current view the kernel holds (Group_view): who is told joined and left and why, the
+   coordinator as the least rank not suspected, a rank gone once suspected or excluded or let go
+   by the round reported to, and the context a step of the kernel gets from it. *)
+let view_record () =
+  let module V = G.Group_view in
+  let mem s = { Side.eid = eid s; addr = s; pub = "k" ^ s } in
+  let first =
+    V.create ~group ~vid:"1:a#1" ~ltime:1
+      ~members:[ mem "a"; mem "b"; mem "c"; mem "d"; mem "e" ]
+      ~rank:1 ~addrs:[| "a"; "b"; "c"; "d"; "e" |] ~previous:None
+  in
+  Alcotest.(check (list string))
+    "all joined the first view"
+    [ "a#1"; "b#1"; "c#1"; "d#1"; "e#1" ]
+    (V.info first).joined;
+  Alcotest.(check int) "a coordinates" 0 (V.coordinator_rank first);
+  Alcotest.(check bool) "b does not" false (V.is_coordinator first);
+  Alcotest.(check bool) "a suspected" true (V.suspect first 0 "silent for 5.0 s");
+  Alcotest.(check bool) "not twice" false (V.suspect first 0 "again");
+  Alcotest.(check bool) "no such rank" false (V.suspect first 5 "nonsense");
+  Alcotest.(check bool) "nor below" false (V.suspect first (-1) "nonsense");
+  Alcotest.(check int) "b coordinates once a is suspected" 1 (V.coordinator_rank first);
+  Alcotest.(check bool) "and knows it" true (V.is_coordinator first);
+  Alcotest.(check bool) "c is not gone" false (V.gone first 2);
+  V.report first (1, [ 3 ], [ 2 ], "");
+  Alcotest.(check bool) "c let go" true (V.gone first 2);
+  Alcotest.(check bool) "d excluded" true (V.gone first 3);
+  Alcotest.(check bool) "e stays" false (V.gone first 4);
+  let x = M.context ~now:7 ~me:(mem "b") ~blocked:true ~resumed:false first in
+  Alcotest.(check int) "the step's coordinator" 1 x.coord;
+  Alcotest.(check bool) "the step's gone" true (x.gone 0 && x.gone 2 && x.gone 3 && not (x.gone 4));
+  Alcotest.(check (array string)) "the step's keys" [| "ka"; "kb"; "kc"; "kd"; "ke" |] x.pubs;
+  let next =
+    V.create ~group ~vid:"2:b#1" ~ltime:2
+      ~members:[ mem "b"; mem "e"; mem "f" ]
+      ~rank:0 ~addrs:[| "b"; "e"; "f" |] ~previous:(Some first)
+  in
+  let i = V.info next in
+  Alcotest.(check string) "coordinator" "b#1" i.coordinator;
+  Alcotest.(check (list string)) "joined" [ "f#1" ] i.joined;
+  Alcotest.(check (list string)) "left" [ "a#1"; "c#1"; "d#1" ] i.left;
+  Alcotest.(check (list (pair string string)))
+    "why"
+    [ ("a#1", "excluded: silent for 5.0 s"); ("c#1", "left"); ("d#1", "not in the next view") ]
+    i.why;
+  Alcotest.(check (option int)) "rank of f" (Some 2) (V.rank_of next "f#1");
+  Alcotest.(check (option int)) "a is not in it" None (V.rank_of next "a#1");
+  Alcotest.(check bool) "no one suspected in the next view" false (V.gone next 1);
+  let m =
+    M.create ~group ~rng:(Rng.create 1) ~merge_timeout ~install_retry ~leave_timeout
+      ~current_stack:(fun () -> stack)
+      ~next_stack:(fun () -> stack)
+      ~wrap:(fun ~vid:_ ~members:_ m -> (m, None))
+      ~buildable:(fun _ -> Ok ())
+      ~unwrap:(fun ~view_members:_ ~pubs:_ _ -> Ok None)
+      ()
+  in
+  Alcotest.(check bool) "no view held at first" true (M.current m = None);
+  M.set_current m next;
+  Alcotest.(check bool)
+    "the view held" true
+    (match M.current m with Some v -> v == next | None -> false)
+
 let () =
   Alcotest.run "membership"
     [
+      ("view", [ Alcotest.test_case "the current view's record" `Quick view_record ]);
       ( "merge",
         [
           Alcotest.test_case "discovery messages cross" `Quick crossing_gossip;

@@ -1,0 +1,35 @@
+(* A message's body handed to the application as a view of the received
+   buffer, instead of a string (Group.join ~on_bytes). *)
+
+open Consort
+
+(* The piece of a message body being delivered as a view (the library is
+   single-threaded; nothing here is live across a callback). *)
+type piece = { mutable n : int; mutable buf : Cstruct.buffer; mutable off : int; mutable len : int }
+
+let no_buffer = Bigarray.(Array1.create char c_layout 0)
+let piece = { n = 0; buf = no_buffer; off = 0; len = 0 }
+
+let note_piece b o l =
+  piece.n <- piece.n + 1;
+  piece.buf <- b;
+  piece.off <- o;
+  piece.len <- l
+
+let bytes ~pool ~(counts : Group_counters.t) msg k =
+  (* One piece: a view of the received datagram. A message
+     reassembled from fragments is in pieces: one copy. *)
+  piece.n <- 0;
+  Msg.iter_body note_piece msg;
+  if piece.n = 1 then k (Cstruct.of_bigarray ~off:piece.off ~len:piece.len piece.buf)
+  else if piece.n = 0 then k Cstruct.empty
+  else begin
+    let body = Msg.body msg in
+    let v = Iovecs.flatten pool body in
+    Iovecs.release body;
+    counts.copies <- counts.copies + 1;
+    counts.copied_bytes <- counts.copied_bytes + Iovec.length v;
+    Fun.protect ~finally:(fun () -> Iovec.release v) (fun () -> k (Iovec.cstruct v))
+  end;
+  piece.buf <- no_buffer;
+  Msg.release msg
