@@ -770,6 +770,51 @@ let reads_batched () =
     Alcotest.failf "200 reads cost r1 %d orders (at most 20 expected)" markers;
   finish w
 
+(* A read joins the marker on its way only if no write came through this
+   replica after the marker was cast: a connection's requests are ordered
+   in the order they were read, so a get sent after a put on one
+   connection (pipelined, without waiting for the put's answer) reads the
+   put's value, whether the put was still waiting to be cast when the get
+   came or had been cast after the marker. *)
+let read_follows_write () =
+  let w = world "read-after-write" in
+  for i = 0 to 2 do
+    start w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "old")));
+  run w (s 1.);
+  let r1 = rep w 1 in
+  let submit client op =
+    let got = ref None in
+    R.submit r1 { Wire.client; req = 1; op } (fun o -> got := Some o);
+    got
+  in
+  let tick () = run w (Time.of_us 1) in
+  (* A marker on its way (cast within the microsecond, not yet applied). *)
+  let first = submit 10L (Op.Get "k") in
+  tick ();
+  (* A put and a get at the same instant: the put is not cast yet. *)
+  let p1 = submit 11L (Op.Put ("k", "a")) in
+  let g1 = submit 12L (Op.Get "k") in
+  tick ();
+  (* A put cast after the marker, then a get. *)
+  let p2 = submit 13L (Op.Put ("k", "b")) in
+  tick ();
+  let g2 = submit 14L (Op.Get "k") in
+  run w (s 2.);
+  Alcotest.(check (option outcome)) "first get" (Some (Wire.Done (Op.Value "old"))) !first;
+  Alcotest.(check (option outcome)) "put a" (Some (Wire.Done Op.Ok)) !p1;
+  Alcotest.(check (option outcome)) "put b" (Some (Wire.Done Op.Ok)) !p2;
+  (match !g1 with
+  | Some (Wire.Done (Op.Value ("a" | "b"))) -> ()
+  | o -> Alcotest.failf "a get after a put not yet cast: %a" Fmt.(option Wire.pp_outcome) o);
+  Alcotest.(check (option outcome))
+    "a get after a put cast after the marker" (Some (Wire.Done (Op.Value "b"))) !g2;
+  finish w
+
 (* Clients at every replica, up to three requests under way each
    (pipelined: a new one every 1 to 5 ms while fewer are under way), gets
    mostly, puts of values never written before, on four keys; the
@@ -905,6 +950,8 @@ let () =
         [
           Alcotest.test_case "reads that come while a marker is on its way join it" `Quick
             reads_batched;
+          Alcotest.test_case "a read follows the writes of its connection" `Quick
+            read_follows_write;
           Alcotest.test_case "pipelined reads and writes, a cut-off sequencer: linearizable" `Quick
             (reads_linearizable "sequencer");
           Alcotest.test_case "the same with the token" `Quick (reads_linearizable "token");
