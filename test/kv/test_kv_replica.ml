@@ -950,8 +950,7 @@ let () =
         [
           Alcotest.test_case "reads that come while a marker is on its way join it" `Quick
             reads_batched;
-          Alcotest.test_case "a read follows the writes of its connection" `Quick
-            read_follows_write;
+          Alcotest.test_case "a read follows the writes of its connection" `Quick read_follows_write;
           Alcotest.test_case "pipelined reads and writes, a cut-off sequencer: linearizable" `Quick
             (reads_linearizable "sequencer");
           Alcotest.test_case "the same with the token" `Quick (reads_linearizable "token");
