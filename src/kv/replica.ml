@@ -208,7 +208,7 @@ struct
      read index): one marker of this member at a time, cast once every write
      read before the reads is cast (so a read follows the writes its
      connection sent before it); every read that comes while it is on its
-     way joins it (see [submit_read]); when it is applied here, its reads are
+     way joins it (see [forward]); when it is applied here, its reads are
      answered from the state at its place, once that place is committed. *)
   and flush_reads t =
     if t.phase = Active && t.mark = None && Queue.is_empty t.pending && not (Queue.is_empty t.reads)
