@@ -627,6 +627,9 @@ module Rsm = struct
   let create = create
   let limits = limits
   let apply = apply
+
+  (* Lookups and lists are ordered with the writes, as before read markers. *)
+  let is_read _ = false
   let check = check
   let op_size = op_size
   let op_codec = op_codec

@@ -98,6 +98,7 @@ module Rsm = struct
   let create = create
   let limits = limits
   let apply = apply
+  let is_read = Op.is_read
   let check = Op.check
 
   let op_size = function

@@ -70,6 +70,11 @@ struct
     mutable next_rid : int;
     pending : int Queue.t; (* rids to cast in this view *)
     mutable next_batch : int;
+    reads : int Queue.t; (* reads waiting for this member's next read marker *)
+    mutable mark : (int * int Queue.t) option;
+        (* this member's read marker cast and not yet applied here, and the reads it answers *)
+    mutable mark_open : bool; (* no Order of this member was cast after [mark]: reads may join *)
+    mutable next_mark : int;
     (* results of applied requests of this member, waiting for commit *)
     results : (int * int * W.outcome) Queue.t; (* order, rid, outcome *)
     acks : (string, int) Hashtbl.t; (* orders each member vouched for, checked against ours *)
@@ -181,6 +186,7 @@ struct
       if items <> [] then
         if cast t (Wire.Order { batch = t.next_batch; items }) then begin
           t.next_batch <- t.next_batch + 1;
+          t.mark_open <- false;
           List.iter
             (fun rid ->
               match Hashtbl.find_opt t.waiting rid with Some w -> w.sent <- true | None -> ())
@@ -195,11 +201,63 @@ struct
         end;
       if not (Queue.is_empty t.pending) then
         t.flush_timer <- Some (T.at t.tr (Time.add (T.now t.tr) (Time.of_ms 2)) (fun () -> flush t))
+    end;
+    flush_reads t
+
+  (* Reads go through the order in batches, with a read marker (as etcd's
+     read index): one marker of this member at a time, cast once every write
+     read before the reads is cast (so a read follows the writes its
+     connection sent before it); every read that comes while it is on its
+     way joins it (see [forward]); when it is applied here, its reads are
+     answered from the state at its place, once that place is committed. *)
+  and flush_reads t =
+    if t.phase = Active && t.mark = None && Queue.is_empty t.pending && not (Queue.is_empty t.reads)
+    then begin
+      let rids = Queue.create () in
+      Queue.iter (fun rid -> if Hashtbl.mem t.waiting rid then Queue.push rid rids) t.reads;
+      Queue.clear t.reads;
+      if not (Queue.is_empty rids) then begin
+        (* Taken before the cast, which may deliver it at once (a view of one). *)
+        let mark = t.next_mark in
+        t.next_mark <- mark + 1;
+        t.mark <- Some (mark, rids);
+        t.mark_open <- true;
+        if cast t (Wire.Read { mark }) then
+          Queue.iter
+            (fun rid ->
+              match Hashtbl.find_opt t.waiting rid with Some w -> w.sent <- true | None -> ())
+            rids
+        else begin
+          t.mark <- None;
+          Queue.transfer rids t.reads;
+          if t.flush_timer = None then
+            t.flush_timer <-
+              Some (T.at t.tr (Time.add (T.now t.tr) (Time.of_ms 2)) (fun () -> flush t))
+        end
+      end
     end
 
+  let is_read t rid =
+    match Hashtbl.find_opt t.waiting rid with Some w -> M.is_read w.req.op | None -> false
+
+  (* A read joins this member's marker on its way if no write was read
+     after it was cast: every write acknowledged before the read came was
+     applied here before (its commit waited for this member's
+     acknowledgement), so before the marker, which is not yet applied here. *)
   let forward t rid =
-    Queue.push rid t.pending;
-    if t.flush_timer = None then t.flush_timer <- Some (soon t (fun () -> flush t))
+    if is_read t rid then begin
+      match t.mark with
+      | Some (_, rids) when t.mark_open && Queue.is_empty t.pending ->
+          Queue.push rid rids;
+          Option.iter (fun w -> w.sent <- true) (Hashtbl.find_opt t.waiting rid)
+      | _ ->
+          Queue.push rid t.reads;
+          if t.flush_timer = None then t.flush_timer <- Some (soon t (fun () -> flush t))
+    end
+    else begin
+      Queue.push rid t.pending;
+      if t.flush_timer = None then t.flush_timer <- Some (soon t (fun () -> flush t))
+    end
 
   let release t =
     let rec go () =
@@ -494,6 +552,9 @@ struct
     t.vchain <- "";
     Hashtbl.reset t.acks_sent;
     Queue.clear t.pending;
+    Queue.clear t.reads;
+    t.mark <- None;
+    t.mark_open <- false;
     Option.iter T.cancel t.flush_timer;
     t.flush_timer <- None;
     t.delivered <- 0;
@@ -646,23 +707,46 @@ struct
     Store.start_epoch t.store epoch;
     if joined && durably t (fun () -> Store.sync t.store) then begin
       t.phase <- Active;
-      if (not (Queue.is_empty t.pending)) && t.flush_timer = None then
-        t.flush_timer <- Some (soon t (fun () -> flush t));
+      if ((not (Queue.is_empty t.pending)) || not (Queue.is_empty t.reads)) && t.flush_timer = None
+      then t.flush_timer <- Some (soon t (fun () -> flush t));
       Log.info (fun m ->
           m "%s: active in %s, epoch %d, write %d" t.me v.vid (Store.epoch t.store)
             (Store.seq t.store))
     end
 
-  let on_order t s items =
+  (* An order or a read marker: the next order of the view. *)
+  let on_order t ~origin s msg =
     let batch = t.delivered + 1 in
     t.vchain <- Digest.string (t.vchain ^ Digest.string s);
     Hashtbl.replace t.chains batch t.vchain;
     t.observe (Applied { member = t.me; vid = (view t).vid; count = batch; chain = t.vchain });
-    List.iter
-      (fun (i : W.item) ->
-        let r = Store.execute t.store i.cmd in
-        if i.origin = t.me then Queue.push (batch, i.rid, Wire.Done r) t.results)
-      items;
+    (match msg with
+    | Wire.Order { items; _ } ->
+        List.iter
+          (fun (i : W.item) ->
+            let r = Store.execute t.store i.cmd in
+            if i.origin = t.me then Queue.push (batch, i.rid, Wire.Done r) t.results)
+          items
+    | Wire.Read { mark } when origin = t.me -> (
+        match t.mark with
+        | Some (n, rids) when n = mark ->
+            (* Its reads, from the state here, answered once it is committed. *)
+            t.mark <- None;
+            Queue.iter
+              (fun rid ->
+                match Hashtbl.find_opt t.waiting rid with
+                | Some w ->
+                    let r =
+                      Store.execute t.store
+                        { Rsm.client = w.req.client; req = w.req.req; op = w.req.op }
+                    in
+                    Queue.push (batch, rid, Wire.Done r) t.results
+                | None -> ())
+              rids;
+            if (not (Queue.is_empty t.reads)) && t.flush_timer = None then
+              t.flush_timer <- Some (soon t (fun () -> flush t))
+        | _ -> ())
+    | _ -> ());
     t.delivered <- batch;
     check_early t;
     schedule_sync t
@@ -679,7 +763,7 @@ struct
           | _ -> ())
       | Ok (_, m) when t.phase = Active -> (
           match m with
-          | Wire.Order { items; _ } -> on_order t s items
+          | (Wire.Order _ | Wire.Read _) as m -> on_order t ~origin s m
           | Wire.Ack { count; digest } -> on_ack t ~origin count digest
           | Wire.Begin -> ())
       | Ok _ -> ()
@@ -752,6 +836,10 @@ struct
             next_rid = 1;
             pending = Queue.create ();
             next_batch = 1;
+            reads = Queue.create ();
+            mark = None;
+            mark_open = false;
+            next_mark = 1;
             results = Queue.create ();
             acks = Hashtbl.create 8;
             early = Hashtbl.create 8;

@@ -3,10 +3,12 @@
 
     {b Ordering.} Each member casts the requests its clients make, in batches; the group's total
     order ([total.protocol]: the sequencer by default, or the token) gives every member the same
-    sequence, which it applies. Reads are ordered the same way (ordered reads, not leases): a read
-    is answered from the state reached at its place in the order, once that place is committed. This
-    needs no clock assumption, which a lease would (a lease holder must trust a bound on clock drift
-    and on pauses of its own process; a pause longer than the bound gives stale reads).
+    sequence, which it applies. Reads are ordered too (ordered reads, not leases), in batches: a
+    member casts a read marker ({!Wire.msg_.Read}, one on its way at a time; every read that comes
+    while it is on its way joins it) and answers those reads from the state reached at the marker's
+    place in the order, once that place is committed. This needs no clock assumption, which a lease
+    would (a lease holder must trust a bound on clock drift and on pauses of its own process; a
+    pause longer than the bound gives stale reads).
 
     {b Commit.} A member applies an order, writes it to its log and fsyncs, then sends an
     acknowledgement to every other member (point-to-point: it needs no order): the number of orders

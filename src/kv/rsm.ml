@@ -18,6 +18,11 @@ module type MACHINE = sig
   (** Deterministic; reads change nothing; a client's retried last request gets its recorded
       response again. The [bool]: the state changed (the write must be logged). *)
 
+  val is_read : op -> bool
+  (** The operation changes nothing, whatever the state ([apply] gives [false] and records nothing
+      of it): the replica answers it through a read marker, from the state at the marker's place in
+      the order, instead of ordering it ([fun _ -> false] orders every operation). *)
+
   val check : limits -> op -> (unit, string) result
   (** Refuses an operation over the limits before it is ordered. *)
 

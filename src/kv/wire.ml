@@ -19,6 +19,7 @@ type 'op msg_ =
   | Order of { batch : int; items : 'op item_ list }
   | Ack of { count : int; digest : string }
   | Begin
+  | Read of { mark : int }
 
 type 'r outcome_ = Done of 'r | Unknown of string | Refused of string
 type 'op request_ = { client : int64; req : int; op : 'op }
@@ -133,6 +134,9 @@ module Make (M : Rsm.MACHINE) = struct
           (function Ack { count; digest } -> Some (count, digest) | _ -> None)
           (fun (count, digest) -> Ack { count; digest });
         Codec.case 5 "begin" Codec.unit (function Begin -> Some () | _ -> None) (fun () -> Begin);
+        Codec.case 7 "read" Codec.varint
+          (function Read { mark } -> Some mark | _ -> None)
+          (fun mark -> Read { mark });
       ]
 
   let tagged = Codec.pair (Codec.string ~max:256 ()) msg_codec

@@ -22,6 +22,10 @@ type 'op msg_ =
   | Begin
       (** cast by every member of a primary view once it knows the view's epoch and has promised it:
           the epoch starts, at every member, once every member's [Begin] is delivered *)
+  | Read of { mark : int }
+      (** a read marker, cast in the total order like an [Order] (it counts as one) but carrying no
+          request: its member answers the reads of its clients that came before the marker was
+          applied here from the state at the marker's place, once that place is committed *)
 
 (** {2 State transfer} *)
 

@@ -36,7 +36,7 @@ let sim_fsync w latency : Replica.fsync_runner =
        (Time.add (Sim.now w.net) latency)
        (fun () -> k (match run () with () -> Ok () | exception x -> Error x)))
 
-let start ?retain ?io ?identity ?fsync ?(params = params) w i =
+let start ?retain ?io ?identity ?fsync ?observe ?(params = params) w i =
   let addr = List.nth w.addrs i in
   let store, _ =
     match Store.open_ ?retain ?io ?identity (Filename.concat w.dir addr) with
@@ -49,7 +49,7 @@ let start ?retain ?io ?identity ?fsync ?(params = params) w i =
       request_timeout = s 3.;
     }
   in
-  match R.create ~params ~seed:(i + 1) ?fsync w.net cfg store with
+  match R.create ~params ~seed:(i + 1) ?fsync ?observe w.net cfg store with
   | Ok r -> w.reps.(i) <- Some (r, store)
   | Error e -> Alcotest.failf "start %s: %s" addr e
 
@@ -728,6 +728,192 @@ let foreign_dir () =
     [ 0; 1 ];
   finish w
 
+(* {2 Reads through the order in batches} *)
+
+(* Reads come through r1 one every 50 us for 10 ms, while its read markers
+   are on their way: each joins the marker on its way, so r1 applies a
+   handful of orders for 200 reads (one per read, or one per arrival
+   instant as when reads were ordered with the writes, would be 200), and
+   each reads the value written before. *)
+let reads_batched () =
+  let w = world "reads-batched" in
+  let applied = ref 0 in
+  let observe = function Replica.Applied _ -> incr applied | Replica.Counted _ -> () in
+  for i = 0 to 2 do
+    start ?observe:(if i = 1 then Some observe else None) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "v")));
+  run w (s 1.);
+  let before = !applied in
+  let n = 200 in
+  let got = Array.make n None in
+  for j = 0 to n - 1 do
+    ignore
+      (Sim.at w.net
+         (Time.add (Sim.now w.net) (Time.of_us (50 * j)))
+         (fun () ->
+           R.submit (rep w 1)
+             { Wire.client = Int64.of_int (100 + j); req = 1; op = Op.Get "k" }
+             (fun o -> got.(j) <- Some o)))
+  done;
+  run w (s 2.);
+  Array.iteri
+    (fun j o ->
+      Alcotest.(check (option outcome))
+        (Printf.sprintf "read %d" j) (Some (Wire.Done (Op.Value "v"))) o)
+    got;
+  let markers = !applied - before in
+  if markers < 1 || markers > 20 then
+    Alcotest.failf "200 reads cost r1 %d orders (at most 20 expected)" markers;
+  finish w
+
+(* A read joins the marker on its way only if no write came through this
+   replica after the marker was cast: a connection's requests are ordered
+   in the order they were read, so a get sent after a put on one
+   connection (pipelined, without waiting for the put's answer) reads the
+   put's value, whether the put was still waiting to be cast when the get
+   came or had been cast after the marker. *)
+let read_follows_write () =
+  let w = world "read-after-write" in
+  for i = 0 to 2 do
+    start w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "old")));
+  run w (s 1.);
+  let r1 = rep w 1 in
+  let submit client op =
+    let got = ref None in
+    R.submit r1 { Wire.client; req = 1; op } (fun o -> got := Some o);
+    got
+  in
+  let tick () = run w (Time.of_us 1) in
+  (* A marker on its way (cast within the microsecond, not yet applied). *)
+  let first = submit 10L (Op.Get "k") in
+  tick ();
+  (* A put and a get at the same instant: the put is not cast yet. *)
+  let p1 = submit 11L (Op.Put ("k", "a")) in
+  let g1 = submit 12L (Op.Get "k") in
+  tick ();
+  (* A put cast after the marker, then a get. *)
+  let p2 = submit 13L (Op.Put ("k", "b")) in
+  tick ();
+  let g2 = submit 14L (Op.Get "k") in
+  run w (s 2.);
+  Alcotest.(check (option outcome)) "first get" (Some (Wire.Done (Op.Value "old"))) !first;
+  Alcotest.(check (option outcome)) "put a" (Some (Wire.Done Op.Ok)) !p1;
+  Alcotest.(check (option outcome)) "put b" (Some (Wire.Done Op.Ok)) !p2;
+  (match !g1 with
+  | Some (Wire.Done (Op.Value ("a" | "b"))) -> ()
+  | o -> Alcotest.failf "a get after a put not yet cast: %a" Fmt.(option Wire.pp_outcome) o);
+  Alcotest.(check (option outcome))
+    "a get after a put cast after the marker" (Some (Wire.Done (Op.Value "b"))) !g2;
+  finish w
+
+(* Clients at every replica, up to three requests under way each
+   (pipelined: a new one every 1 to 5 ms while fewer are under way), gets
+   mostly, puts of values never written before, on four keys; the
+   sequencer is cut off from the others for 4 s (its clients stop, their
+   requests under way are answered unknown or not at all), then the
+   partition heals. The history
+   of every client is linearizable: each read, batched behind a marker,
+   saw every write acknowledged before it was issued, and no write that
+   was not committed. *)
+let reads_linearizable protocol () =
+  let w = world ("reads-lin-" ^ protocol) in
+  let params = Params.set "total.protocol" (Params.String protocol) params in
+  for i = 0 to 2 do
+    start ~params w i
+  done;
+  run w (s 5.);
+  let rng = Random.State.make [| 33 |] in
+  let events = ref [] and reads = ref 0 and writes = ref 0 in
+  let now () = int_of_float (Time.to_us (Sim.now w.net)) in
+  let next_value = ref 0 in
+  let issue under_way i client req =
+    match w.reps.(i) with
+    | None -> ()
+    | Some (r, _) ->
+        incr under_way;
+        let key = "k" ^ string_of_int (Random.State.int rng 4) in
+        let op =
+          if Random.State.int rng 10 < 7 then Op.Get key
+          else begin
+            incr next_value;
+            Op.Put (key, string_of_int !next_value)
+          end
+        in
+        let call = now () in
+        let record return response =
+          events :=
+            { Consort_spec.Linearizable.client; key; op = Op.to_spec op; call; return; response }
+            :: !events
+        in
+        let answered = ref false in
+        R.submit r
+          { Wire.client = Int64.of_int client; req; op }
+          (fun o ->
+            answered := true;
+            decr under_way;
+            match o with
+            | Wire.Done resp when Op.response_to_spec resp <> None ->
+                if Op.is_read op then incr reads else incr writes;
+                record (Some (now ())) (Op.response_to_spec resp)
+            | Wire.Refused _ -> ()
+            | _ -> record None None);
+        (* A request that gets no answer (its replica was cut off) may
+           still take effect. *)
+        ignore
+          (Sim.at w.net
+             (Time.add (Sim.now w.net) (s 30.))
+             (fun () -> if not !answered then record None None))
+  in
+  (* Each request has a client id of its own, as a pipelining client's. *)
+  let next_client = ref 1000 in
+  let cut = ref None in
+  let rec client under_way i until =
+    if Sim.now w.net < until && !cut <> Some i then begin
+      if !under_way < 3 then begin
+        incr next_client;
+        issue under_way i !next_client 1
+      end;
+      ignore
+        (Sim.at w.net
+           (Time.add (Sim.now w.net) (Time.of_us (1000 + Random.State.int rng 4000)))
+           (fun () -> client under_way i until))
+    end
+  in
+  let t0 = Sim.now w.net in
+  for i = 0 to 2 do
+    for _ = 1 to 2 do
+      client (ref 0) i (Time.add t0 (s 8.))
+    done
+  done;
+  run w (s 2.);
+  let sq = List.find (fun i -> R.is_sequencer (rep w i)) [ 0; 1; 2 ] in
+  let others = List.filter (( <> ) sq) [ 0; 1; 2 ] in
+  Sim.partition w.net [ [ List.nth w.addrs sq ]; List.map (List.nth w.addrs) others ];
+  (* The sequencer's clients stop with the requests they have under way. *)
+  cut := Some sq;
+  run w (s 4.);
+  Sim.heal w.net;
+  run w (s 40.);
+  if Sys.getenv_opt "KVDBG" <> None then
+    Printf.printf "%d reads, %d writes, %d unknown\n%!" !reads !writes
+      (List.length
+         (List.filter (fun (e : Consort_spec.Linearizable.event) -> e.return = None) !events));
+  if !reads < 300 || !writes < 100 then
+    Alcotest.failf "too few operations answered: %d reads, %d writes" !reads !writes;
+  (match Consort_spec.Linearizable.check !events with
+  | Consort_spec.Linearizable.Linearizable -> ()
+  | r -> Alcotest.failf "%a" Consort_spec.Linearizable.pp_result r);
+  finish w
+
 let () =
   if Sys.getenv_opt "KVDBG" <> None then begin
     Logs.set_reporter (Logs.format_reporter ());
@@ -759,6 +945,15 @@ let () =
             ack_refused;
           Alcotest.test_case "a wiped replica has no vote until caught up" `Quick wiped_dir;
           Alcotest.test_case "a replica on another cluster's directory stops" `Quick foreign_dir;
+        ] );
+      ( "reads",
+        [
+          Alcotest.test_case "reads that come while a marker is on its way join it" `Quick
+            reads_batched;
+          Alcotest.test_case "a read follows the writes of its connection" `Quick read_follows_write;
+          Alcotest.test_case "pipelined reads and writes, a cut-off sequencer: linearizable" `Quick
+            (reads_linearizable "sequencer");
+          Alcotest.test_case "the same with the token" `Quick (reads_linearizable "token");
         ] );
       ( "wire",
         [
