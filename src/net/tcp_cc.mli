@@ -48,6 +48,11 @@ type t
 
 val create : Tcp_types.congestion -> t
 val name : t -> string
+
+val loss_based : t -> bool
+(** NewReno and CUBIC: their fast recovery follows proportional rate reduction (RFC 6937), the
+    connection setting the window on each ACK ({!set_cwnd}) and ending it at the threshold. *)
+
 val cwnd : t -> int
 val ssthresh : t -> int
 val set_cwnd : t -> int -> unit
