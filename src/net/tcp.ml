@@ -569,11 +569,14 @@ struct
       tcb.prr_fs <- 0;
       tcb.dupacks <- 0
     end;
+    (* What the episode marked lost is in flight again: RACK finds it lost
+       again by time if it is (else, out of recovery, a segment marked lost
+       and never sent again waits for the RTO). *)
+    Tcp_rack.unmark_lost tcb.rack;
     if tcb.undo_rto then begin
-      (* The timeout was spurious (RFC 4015's response): what it marked
-         lost is in flight again, and sending goes on with new data. *)
+      (* The timeout was spurious (RFC 4015's response): sending goes on
+         with new data. *)
       tcb.undo_rto <- false;
-      Tcp_rack.unmark_lost tcb.rack;
       tcb.snd_nxt <- tcb.snd_max
     end
 
@@ -598,7 +601,7 @@ struct
        anyway. *)
     if (not tcb.app_closed) || win > 0 then tcb.persist_probes <- 0;
     let advanced = Tcp_seq.gt h.ack tcb.snd_una in
-    let una0 = tcb.snd_una and sacked0 = Tcp_sack.sacked_bytes tcb.sack in
+    let una0 = tcb.snd_una and sacked0 = Tcp_sack.sacked_bytes tcb.sack and fast0 = tcb.n_fast in
     let dsack_seen = ref false and newly = ref [] in
     let newly_sacked, has_sack =
       if tcb.sack_ok then
@@ -726,7 +729,7 @@ struct
       end;
       if advanced then arm_tlp tcb
     end;
-    prr_ack tcb ~advanced
+    prr_ack ~entered:(tcb.n_fast <> fast0) tcb ~advanced
       ~delivered:(Tcp_seq.sub tcb.snd_una una0 + Tcp_sack.sacked_bytes tcb.sack - sacked0);
     (* Window update (RFC 9293: SND.WL1 and SND.WL2). *)
     if

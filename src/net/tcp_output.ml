@@ -331,11 +331,12 @@ module Make (B : Tcp_tcb.S) = struct
      sent since; below it, what was delivered and not yet answered (at
      least this ACK's data, a segment more when SND.UNA advanced), up to
      ssthresh. [delivered]: the bytes this ACK newly acknowledged or
-     SACKed. *)
-  let prr_ack tcb ~delivered ~advanced =
-    if tcb.in_recovery && tcb.prr_fs > 0 && delivered > 0 then begin
+     SACKed; [entered]: the recovery began at this ACK, which counted them
+     already. *)
+  let prr_ack ?(entered = false) tcb ~delivered ~advanced =
+    if tcb.in_recovery && tcb.prr_fs > 0 && (delivered > 0 || entered) then begin
       let smss = smss tcb in
-      tcb.prr_delivered <- tcb.prr_delivered + delivered;
+      if not entered then tcb.prr_delivered <- tcb.prr_delivered + delivered;
       let pipe = recovery_pipe tcb in
       let ssthresh = Tcp_cc.ssthresh tcb.cc in
       let sndcnt =
@@ -519,18 +520,20 @@ module Make (B : Tcp_tcb.S) = struct
     end;
     (* PRR from here (RFC 6937, RecoverFS the flight before the recovery):
        the window is set on each ACK, from this one on ([on_ack]): only the
-       first retransmission goes now. *)
-    tcb.prr_delivered <- 0;
+       first retransmission goes now. What the peer SACKed above SND.UNA
+       counts as delivered in this recovery: it arrived after the lost
+       segment was sent, and RACK waited a round trip for it before saying
+       lost. (Counted from zero, as Linux does, a loss found when most of
+       the flight is SACKed leaves almost nothing in flight and few ACKs to
+       come: lost, they leave the RTO.) *)
+    tcb.prr_delivered <- (if tcb.sack_ok then Tcp_sack.sacked_bytes tcb.sack else 0);
     tcb.prr_out <- 0;
     tcb.prr_fs <- (if cc && tcb.sack_ok && Tcp_cc.loss_based tcb.cc then max 1 flight_before else 0);
     if tcb.prr_fs > 0 then begin
       Tcp_cc.set_cwnd tcb.cc (min (Tcp_cc.cwnd tcb.cc) (recovery_pipe tcb));
-      (* Begun by RACK's timer, no ACK is sure to follow: PRR as for an ACK
-         of one segment (as Linux's tcp_rack_reo_timeout), with RFC 6937's
-         segment more: the retransmission and, below ssthresh, one new
-         segment go, whose delivery shows the retransmission lost if it
-         is (else, alone in flight, it waits for the RTO). *)
-      if not on_ack then prr_ack tcb ~delivered:smss ~advanced:true
+      (* Begun by RACK's timer, no ACK is sure to follow: PRR at once, with
+         RFC 6937's segment more below ssthresh. *)
+      if not on_ack then prr_ack ~entered:true tcb ~delivered:0 ~advanced:true
     end;
     tcb.t_tlp <- never;
     tcb.tlp_end <- None;

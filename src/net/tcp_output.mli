@@ -30,7 +30,7 @@ module Make (B : Tcp_tcb.S) : sig
   val limited_transmit : B.tcb -> int
   val recovery_pipe : B.tcb -> int
 
-  val prr_ack : B.tcb -> delivered:int -> advanced:bool -> unit
+  val prr_ack : ?entered:bool -> B.tcb -> delivered:int -> advanced:bool -> unit
   (** Proportional rate reduction (RFC 6937) on an ACK during a SACK recovery: sets the window from
       the bytes the ACK newly delivered ([advanced]: SND.UNA moved). *)
 

@@ -212,7 +212,7 @@ let sack_recovery =
 0.42  < . 1:1(0) ack 1001 win 65535 <sack 4001:5001 2001:3001>
 0.43  < . 1:1(0) ack 1001 win 65535 <sack 4001:6001 2001:3001>
 0.43  > . 1001:2001(1000) ack 1             # 3000 bytes SACKed above it
-0.43  expect cwnd 5000                      # PRR: the pipe, 500 bytes due less the 1000 sent
+0.43  expect cwnd 5500                      # PRR: pipe 5000 + 4500 x 3000 SACKed / 9000 - 1000 sent
 0.43  expect ssthresh 4500                  # half the flight
 0.44  < . 1:1(0) ack 1001 win 65535 <sack 4001:7001 2001:3001>
 0.44  expect cwnd 4500                      # pipe 4000, PRR-SSRB: up to ssthresh
