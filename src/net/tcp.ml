@@ -550,22 +550,48 @@ struct
      reduction is undone (the recovery too, if still under way). *)
   and dsack_undo tcb ~smss l r =
     if
-      tcb.undo_retrans > 0 && Tcp_seq.geq l tcb.undo_marker && Tcp_seq.leq r tcb.snd_max
-      && Tcp_seq.gt r l
+      tcb.undo_retrans > 0 && (not tcb.undo_rto) && Tcp_seq.geq l tcb.undo_marker
+      && Tcp_seq.leq r tcb.snd_max && Tcp_seq.gt r l
     then begin
       let segs = (Tcp_seq.sub r l + smss - 1) / smss in
       tcb.undo_retrans <- tcb.undo_retrans - segs;
-      if tcb.undo_retrans <= 0 then begin
-        Log.debug (fun m -> m "%a: spurious recovery undone" pp_connection tcb);
-        Tcp_cc.undo tcb.cc ~cwnd:tcb.undo_cwnd ~ssthresh:tcb.undo_ssthresh;
-        tcb.undo_retrans <- -1;
-        tcb.n_undos <- tcb.n_undos + 1;
-        if tcb.in_recovery then begin
-          tcb.in_recovery <- false;
-          tcb.dupacks <- 0
-        end
-      end
+      if tcb.undo_retrans <= 0 then undo tcb "spurious recovery undone (D-SACK)"
     end
+
+  and undo tcb why =
+    Log.debug (fun m -> m "%a: %s" pp_connection tcb why);
+    Tcp_cc.undo tcb.cc ~cwnd:tcb.undo_cwnd ~ssthresh:tcb.undo_ssthresh;
+    tcb.undo_retrans <- -1;
+    tcb.retrans_stamp <- None;
+    tcb.n_undos <- tcb.n_undos + 1;
+    if tcb.in_recovery then begin
+      tcb.in_recovery <- false;
+      tcb.prr_fs <- 0;
+      tcb.dupacks <- 0
+    end;
+    (* What the episode marked lost is in flight again: RACK finds it lost
+       again by time if it is (else, out of recovery, a segment marked lost
+       and never sent again waits for the RTO). *)
+    Tcp_rack.unmark_lost tcb.rack;
+    if tcb.undo_rto then begin
+      (* The timeout was spurious (RFC 4015's response): sending goes on
+         with new data. *)
+      tcb.undo_rto <- false;
+      tcb.snd_nxt <- tcb.snd_max
+    end
+
+  (* Eifel detection (RFC 3522; Linux's tcp_packet_delayed): an ACK that
+     acknowledges every retransmission of the episode and echoes a
+     timestamp older than the first of them was drawn by the originals:
+     none was needed, and the reduction is undone. *)
+  and ts_undo tcb (h : Tcp_packet.t) =
+    match (tcb.retrans_stamp, find_ts h.options) with
+    | Some stamp, Some (_, echo)
+      when tcb.ts_ok && tcb.undo_retrans > 0 && echo <> 0
+           && Tcp_seq.lt (Tcp_seq.of_int echo) (Tcp_seq.of_int stamp)
+           && Tcp_seq.geq h.ack tcb.rxt_high ->
+        undo tcb "spurious retransmission undone (timestamp)"
+    | _ -> ()
 
   and process_ack tcb (h : Tcp_packet.t) ~payload =
     let smss = smss tcb in
@@ -575,6 +601,7 @@ struct
        anyway. *)
     if (not tcb.app_closed) || win > 0 then tcb.persist_probes <- 0;
     let advanced = Tcp_seq.gt h.ack tcb.snd_una in
+    let una0 = tcb.snd_una and sacked0 = Tcp_sack.sacked_bytes tcb.sack and fast0 = tcb.n_fast in
     let dsack_seen = ref false and newly = ref [] in
     let newly_sacked, has_sack =
       if tcb.sack_ok then
@@ -628,6 +655,7 @@ struct
                   ~weight:((flight tcb + (2 * smss) - 1) / (2 * smss))
                   tcb.rto (Time.of_ms ms)
           | _ -> ()));
+      ts_undo tcb h;
       tcb.snd_una <- ack;
       if Tcp_seq.lt tcb.snd_nxt ack then tcb.snd_nxt <- ack;
       Tcp_sack.advance tcb.sack ack;
@@ -637,7 +665,11 @@ struct
         if Tcp_seq.geq ack tcb.recover then begin
           tcb.in_recovery <- false;
           if rack_on tcb then Tcp_rack.recovered tcb.rack;
-          Tcp_cc.on_recovered tcb.cc ~flight:(flight tcb) ~smss;
+          (* After PRR the window is the threshold, whatever is in flight
+             (as Linux's tcp_end_cwnd_reduction). *)
+          if tcb.prr_fs > 0 then Tcp_cc.set_cwnd tcb.cc (Tcp_cc.ssthresh tcb.cc)
+          else Tcp_cc.on_recovered tcb.cc ~flight:(flight tcb) ~smss;
+          tcb.prr_fs <- 0;
           tcb.dupacks <- 0
         end
         else if not tcb.sack_ok then begin
@@ -683,13 +715,22 @@ struct
       if !dsack_seen then Tcp_rack.dsack tcb.rack ~una:tcb.snd_una ~nxt:tcb.snd_nxt;
       tlp_episode tcb h ~dsack:!dsack_seen;
       if advanced || newly_sacked > 0 then begin
-        Tcp_rack.ack tcb.rack ~una:tcb.snd_una ~newly:!newly
+        let echoed =
+          match find_ts h.options with
+          | Some (_, echo) when tcb.ts_ok && echo <> 0 ->
+              let ms = Tcp_seq.sub (Tcp_seq.of_int (ts_now tcb)) (Tcp_seq.of_int echo) in
+              if ms >= 0 then Some (Time.of_ms ((now () / 1_000_000) - ms)) else None
+          | _ -> None
+        in
+        Tcp_rack.ack ?echoed tcb.rack ~una:tcb.snd_una ~newly:!newly
           ~sacked:(fun s e -> Tcp_sack.unsacked_between tcb.sack s e = 0)
           ~now:(now ());
-        rack_detect tcb
+        rack_detect ~on_ack:true tcb
       end;
       if advanced then arm_tlp tcb
     end;
+    prr_ack ~entered:(tcb.n_fast <> fast0) tcb ~advanced
+      ~delivered:(Tcp_seq.sub tcb.snd_una una0 + Tcp_sack.sacked_bytes tcb.sack - sacked0);
     (* Window update (RFC 9293: SND.WL1 and SND.WL2). *)
     if
       Tcp_verdict.window_update ~snd_una:tcb.snd_una ~snd_wl1:tcb.snd_wl1 ~snd_wl2:tcb.snd_wl2

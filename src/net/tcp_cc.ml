@@ -170,6 +170,7 @@ let create = function
   | Bbr -> of_bbr (Tcp_bbr.create ())
 
 let name (T ((module M), _)) = M.name
+let loss_based t = match name t with "newreno" | "cubic" -> true | _ -> false
 let cwnd (T ((module M), s)) = M.cwnd s
 let ssthresh (T ((module M), s)) = M.ssthresh s
 let set_cwnd (T ((module M), s)) w = M.set_cwnd s w

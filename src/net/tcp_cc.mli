@@ -54,6 +54,11 @@ val of_bbr : Tcp_bbr.t -> t
     pacing rate. *)
 
 val name : t -> string
+
+val loss_based : t -> bool
+(** NewReno and CUBIC: their fast recovery follows proportional rate reduction (RFC 6937), the
+    connection setting the window on each ACK ({!set_cwnd}) and ending it at the threshold. *)
+
 val cwnd : t -> int
 val ssthresh : t -> int
 val set_cwnd : t -> int -> unit

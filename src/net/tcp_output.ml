@@ -178,7 +178,14 @@ module Make (B : Tcp_tcb.S) = struct
     in
     let seg_end = Tcp_seq.add seq (len + if fin then 1 else 0) in
     let fresh = Tcp_seq.gt seg_end tcb.snd_max in
+    if tcb.in_recovery then tcb.prr_out <- tcb.prr_out + Tcp_seq.sub seg_end seq;
     if Tcp_seq.lt seq tcb.snd_max then begin
+      (* Eifel (RFC 3522): the first retransmission of an episode that may
+         be undone is stamped; an ACK echoing an older timestamp was drawn
+         by the original. *)
+      if tcb.undo_retrans >= 0 && tcb.ts_ok && tcb.retrans_stamp = None then
+        tcb.retrans_stamp <- Some (ts_now tcb);
+      tcb.rxt_high <- Tcp_seq.max tcb.rxt_high (Tcp_seq.min seg_end tcb.snd_max);
       tcb.n_retrans <- tcb.n_retrans + 1;
       if tcb.undo_retrans >= 0 then tcb.undo_retrans <- tcb.undo_retrans + 1;
       tcb.inst.counters.c_retrans <- tcb.inst.counters.c_retrans + 1;
@@ -348,6 +355,40 @@ module Make (B : Tcp_tcb.S) = struct
 
   let limited_transmit tcb = if tcb.in_recovery then 0 else min tcb.dupacks 2 * smss tcb
 
+  (* Bytes in flight during a SACK recovery: RACK's count, or RFC 6675's
+     SetPipe without it. *)
+  let recovery_pipe tcb =
+    if rack_on tcb then Tcp_rack.pipe tcb.rack
+    else
+      Tcp_sack.pipe tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt ~high_data:tcb.snd_max
+        ~smss:(smss tcb)
+
+  (* Proportional rate reduction (RFC 6937, PRR-SSRB as Linux's
+     tcp_cwnd_reduction): on each ACK of a SACK recovery with a loss-based
+     congestion control, the window becomes what is in flight plus what
+     may go now: while more than ssthresh is in flight, ssthresh/RecoverFS
+     of what the peer received since the recovery began, less what was
+     sent since; below it, what was delivered and not yet answered (at
+     least this ACK's data, a segment more when SND.UNA advanced), up to
+     ssthresh. [delivered]: the bytes this ACK newly acknowledged or
+     SACKed; [entered]: the recovery began at this ACK, which counted them
+     already. *)
+  let prr_ack ?(entered = false) tcb ~delivered ~advanced =
+    if tcb.in_recovery && tcb.prr_fs > 0 && (delivered > 0 || entered) then begin
+      let smss = smss tcb in
+      if not entered then tcb.prr_delivered <- tcb.prr_delivered + delivered;
+      let pipe = recovery_pipe tcb in
+      let ssthresh = Tcp_cc.ssthresh tcb.cc in
+      let sndcnt =
+        if pipe > ssthresh then
+          (((ssthresh * tcb.prr_delivered) + tcb.prr_fs - 1) / tcb.prr_fs) - tcb.prr_out
+        else
+          min (ssthresh - pipe)
+            (max (tcb.prr_delivered - tcb.prr_out) delivered + if advanced then smss else 0)
+      in
+      Tcp_cc.set_cwnd tcb.cc (pipe + max 0 sndcnt)
+    end
+
   let output ?(force = false) tcb =
     if tcb.alive then begin
       let sent = ref false in
@@ -359,12 +400,7 @@ module Make (B : Tcp_tcb.S) = struct
           if (not !force) && paced tcb then continue := false
           else if tcb.in_recovery && tcb.sack_ok then begin
             let rack = rack_on tcb in
-            let pipe =
-              if rack then Tcp_rack.pipe tcb.rack
-              else
-                Tcp_sack.pipe tcb.sack ~una:tcb.snd_una ~high_rxt:tcb.high_rxt
-                  ~high_data:tcb.snd_max ~smss
-            in
+            let pipe = recovery_pipe tcb in
             if Tcp_cc.cwnd tcb.cc - pipe < smss && not !force then continue := false
             else
               let rexmit s len =
@@ -503,7 +539,7 @@ module Make (B : Tcp_tcb.S) = struct
   (* Fast retransmit and recovery: after three duplicate ACKs, SACKed data
      past the lost (RFC 6675 IsLost), or a loss RACK detected ([rack]:
      then what RACK marked lost goes at once). *)
-  let enter_recovery ?(rack = false) ?(cc = true) tcb =
+  let enter_recovery ?(rack = false) ?(cc = true) ?(on_ack = true) tcb =
     let smss = smss tcb in
     let flight_before = flight tcb in
     tcb.recover <- tcb.snd_max;
@@ -527,7 +563,27 @@ module Make (B : Tcp_tcb.S) = struct
       tcb.undo_ssthresh <- Tcp_cc.ssthresh tcb.cc;
       tcb.undo_retrans <- 0;
       tcb.undo_marker <- una;
+      tcb.undo_rto <- false;
+      tcb.retrans_stamp <- None;
+      tcb.rxt_high <- una;
       Tcp_cc.on_loss tcb.cc ~now:(now ()) ~flight:flight_before ~smss ~sack:tcb.sack_ok
+    end;
+    (* PRR from here (RFC 6937, RecoverFS the flight before the recovery):
+       the window is set on each ACK, from this one on ([on_ack]): only the
+       first retransmission goes now. What the peer SACKed above SND.UNA
+       counts as delivered in this recovery: it arrived after the lost
+       segment was sent, and RACK waited a round trip for it before saying
+       lost. (Counted from zero, as Linux does, a loss found when most of
+       the flight is SACKed leaves almost nothing in flight and few ACKs to
+       come: lost, they leave the RTO.) *)
+    tcb.prr_delivered <- (if tcb.sack_ok then Tcp_sack.sacked_bytes tcb.sack else 0);
+    tcb.prr_out <- 0;
+    tcb.prr_fs <- (if cc && tcb.sack_ok && Tcp_cc.loss_based tcb.cc then max 1 flight_before else 0);
+    if tcb.prr_fs > 0 then begin
+      Tcp_cc.set_cwnd tcb.cc (min (Tcp_cc.cwnd tcb.cc) (recovery_pipe tcb));
+      (* Begun by RACK's timer, no ACK is sure to follow: PRR at once, with
+         RFC 6937's segment more below ssthresh. *)
+      if not on_ack then prr_ack ~entered:true tcb ~delivered:0 ~advanced:true
     end;
     tcb.t_tlp <- never;
     tcb.tlp_end <- None;
@@ -539,7 +595,7 @@ module Make (B : Tcp_tcb.S) = struct
 
   (* RACK's detection (RFC 8985 section 6.2 steps 4 and 5), after an ACK
      that delivered something or when its timer expires. *)
-  let rack_detect tcb =
+  let rack_detect ?(on_ack = false) tcb =
     if rack_on tcb then begin
       let srtt = match Tcp_rto.srtt tcb.rto with Some s -> s | None -> tcb.cfg.initial_rto in
       let reo_wnd =
@@ -559,7 +615,8 @@ module Make (B : Tcp_tcb.S) = struct
               true
           | _ -> false
         in
-        if not tcb.in_recovery then enter_recovery ~rack:true ~cc:(not (probe_lost && lost = 1)) tcb
+        if not tcb.in_recovery then
+          enter_recovery ~rack:true ~cc:(not (probe_lost && lost = 1)) ~on_ack tcb
       end
     end
 

@@ -28,6 +28,11 @@ module Make (B : Tcp_tcb.S) : sig
   val mtu_probe_failed : B.tcb -> unit
   val mtu_probe_check : B.tcb -> unit
   val limited_transmit : B.tcb -> int
+  val recovery_pipe : B.tcb -> int
+
+  val prr_ack : ?entered:bool -> B.tcb -> delivered:int -> advanced:bool -> unit
+  (** Proportional rate reduction (RFC 6937) on an ACK during a SACK recovery: sets the window from
+      the bytes the ACK newly delivered ([advanced]: SND.UNA moved). *)
 
   val output : ?force:bool -> B.tcb -> unit
   (** Sends what the windows allow: new data, retransmissions in recovery, a path MTU probe, a
@@ -51,8 +56,8 @@ module Make (B : Tcp_tcb.S) : sig
   val evict : B.tcb -> string -> unit
   val make_room : B.t -> bool
   val orphaned : B.tcb -> unit
-  val enter_recovery : ?rack:bool -> ?cc:bool -> B.tcb -> unit
-  val rack_detect : B.tcb -> unit
+  val enter_recovery : ?rack:bool -> ?cc:bool -> ?on_ack:bool -> B.tcb -> unit
+  val rack_detect : ?on_ack:bool -> B.tcb -> unit
   val tlp_expired : B.tcb -> unit
   val tlp_episode : B.tcb -> Tcp_packet.t -> dsack:bool -> unit
 end

@@ -208,12 +208,20 @@ let sent_st ~fin t ~seq ~end_ ~now =
         t.hi <- t.hi + 1
   end
 
-(* RFC 8985 section 6.2 steps 2 and 3 for one delivered segment. *)
-let delivered t g ~now =
+(* RFC 8985 section 6.2 steps 2 and 3 for one delivered segment. A
+   retransmitted one is not believed when delivered sooner than the
+   minimum RTT after its retransmission, or when a cumulative ACK echoes
+   a timestamp taken before it ([echoed]: the millisecond it was taken;
+   not for SACKs, which echo the last segment in order, RFC 7323): the
+   original was acknowledged. *)
+let delivered ?echoed t g ~now =
   if counted g then t.inflight <- t.inflight - size g;
   g.delivered <- true;
   let rtt = now - g.xmit in
-  if g.rexmit && rtt < t.min_rtt then ()
+  if
+    g.rexmit
+    && (rtt < t.min_rtt || match echoed with Some e -> g.xmit >= e + Time.of_ms 1 | None -> false)
+  then ()
   else begin
     if not g.rexmit then t.min_rtt <- min t.min_rtt rtt;
     if (not t.have_rack) || g.xmit > t.r_xmit || (g.xmit = t.r_xmit && g.order > t.r_order) then begin
@@ -232,11 +240,11 @@ let delivered t g ~now =
 
 let max_visits = 1024
 
-let ack_st t ~una ~newly ~sacked ~now =
+let ack_st ?echoed t ~una ~newly ~sacked ~now =
   (* Cumulatively acknowledged: delivered, then forgotten. *)
   while t.lo < t.hi && Tcp_seq.leq t.segs.(t.lo).e una do
     let g = t.segs.(t.lo) in
-    if not g.delivered then delivered t g ~now;
+    if not g.delivered then delivered ?echoed t g ~now;
     t.segs.(t.lo) <- dummy;
     if t.nspare < Array.length t.spare then begin
       t.spare.(t.nspare) <- g;
@@ -334,6 +342,17 @@ let mark_all_lost_st t =
   done;
   t.inflight <- 0
 
+let unmark_lost_st t =
+  let i = ref (live t t.lo) in
+  while !i < t.hi do
+    let g = t.segs.(!i) in
+    if g.lost && not g.delivered then begin
+      g.lost <- false;
+      t.inflight <- t.inflight + size g
+    end;
+    i := live t (!i + 1)
+  done
+
 let next_lost_st t =
   let rec go i =
     if i >= t.hi then None
@@ -365,7 +384,10 @@ let get t =
       s
 
 let sent ?(fin = false) t ~seq ~end_ ~now = sent_st ~fin (get t) ~seq ~end_ ~now
-let ack t ~una ~newly ~sacked ~now = Option.iter (fun s -> ack_st s ~una ~newly ~sacked ~now) t.st
+
+let ack ?echoed t ~una ~newly ~sacked ~now =
+  Option.iter (fun s -> ack_st ?echoed s ~una ~newly ~sacked ~now) t.st
+
 let dsack t ~una ~nxt = dsack_st (get t) ~una ~nxt
 let recovered t = Option.iter recovered_st t.st
 
@@ -376,6 +398,7 @@ let detect t ~now ~reo_wnd =
   match t.st with Some s -> detect_st s ~now ~reo_wnd | None -> (0, None)
 
 let mark_all_lost t = Option.iter mark_all_lost_st t.st
+let unmark_lost t = Option.iter unmark_lost_st t.st
 let next_lost t = Option.bind t.st next_lost_st
 let is_lost t q = match t.st with Some s -> is_lost_st s q | None -> false
 let pipe t = match t.st with Some s -> pipe_st s | None -> 0

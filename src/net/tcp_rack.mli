@@ -24,6 +24,7 @@ val sent : ?fin:bool -> t -> seq:Tcp_seq.t -> end_:Tcp_seq.t -> now:Consort.Time
     refreshes their time. [fin]: the segment ends with a FIN, which SACK blocks never cover. *)
 
 val ack :
+  ?echoed:Consort.Time.t ->
   t ->
   una:Tcp_seq.t ->
   newly:(Tcp_seq.t * Tcp_seq.t) list ->
@@ -35,7 +36,9 @@ val ack :
     delivered (at most 1024 per ACK: a peer's reports cannot make an ACK cost more); and each
     delivery updates the most recently sent delivered segment, the RTT of RACK, the minimum RTT, and
     whether reordering was seen. A retransmitted segment delivered sooner than the minimum RTT after
-    its retransmission is not believed (the original was acknowledged). *)
+    its retransmission is not believed (the original was acknowledged), nor one cumulatively
+    acknowledged and sent again after [echoed], the millisecond the timestamp the ACK echoes was
+    taken (RFC 8985 section 6.2 step 2; SACKs echo the last segment in order, RFC 7323). *)
 
 val dsack : t -> una:Tcp_seq.t -> nxt:Tcp_seq.t -> unit
 (** [dsack t ~una ~nxt] takes a D-SACK in (SND.UNA and SND.NXT now): a retransmission was spurious,
@@ -58,6 +61,10 @@ val detect : t -> now:Consort.Time.t -> reo_wnd:Consort.Time.t -> int * Consort.
 
 val mark_all_lost : t -> unit
 (** After a retransmission timeout (RFC 8985 section 6.3). *)
+
+val unmark_lost : t -> unit
+(** A spurious timeout undone: every segment marked lost and not delivered is in flight again, to be
+    found lost by time if it is. *)
 
 val next_lost : t -> (Tcp_seq.t * int) option
 (** The lowest segment marked lost and not retransmitted since. *)

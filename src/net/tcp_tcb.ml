@@ -224,6 +224,15 @@ struct
     mutable n_undos : int;
     mutable n_timeouts : int;
     mutable n_probes : int;
+    (* Proportional rate reduction (RFC 6937) in a SACK recovery. *)
+    mutable prr_delivered : int;  (** bytes delivered to the peer since the recovery began *)
+    mutable prr_out : int;  (** bytes sent since *)
+    mutable prr_fs : int;  (** the window before the recovery (Linux's prior_cwnd) *)
+    mutable retrans_stamp : int option;
+        (** our timestamp of the first retransmission of a recovery or timeout, while it may be
+            undone (Eifel detection, RFC 3522) *)
+    mutable undo_rto : bool;  (** the episode to undo began with a timeout *)
+    mutable rxt_high : Tcp_seq.t;  (** the end of the episode's highest retransmission *)
   }
 
   (* TIME-WAIT as a small record: what it takes to acknowledge a
@@ -641,6 +650,12 @@ struct
         n_undos = 0;
         n_timeouts = 0;
         n_probes = 0;
+        prr_delivered = 0;
+        prr_out = 0;
+        prr_fs = 0;
+        retrans_stamp = None;
+        undo_rto = false;
+        rxt_high = Tcp_seq.zero;
       }
     in
     Key_tbl.replace t.conns (key tcb) tcb;

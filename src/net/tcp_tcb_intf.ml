@@ -202,6 +202,15 @@ module type S = sig
     mutable n_undos : int;
     mutable n_timeouts : int;
     mutable n_probes : int;
+    (* Proportional rate reduction (RFC 6937) in a SACK recovery. *)
+    mutable prr_delivered : int;  (** bytes delivered to the peer since the recovery began *)
+    mutable prr_out : int;  (** bytes sent since *)
+    mutable prr_fs : int;  (** the window before the recovery (Linux's prior_cwnd) *)
+    mutable retrans_stamp : int option;
+        (** our timestamp of the first retransmission of a recovery or timeout, while it may be
+            undone (Eifel detection, RFC 3522) *)
+    mutable undo_rto : bool;  (** the episode to undo began with a timeout *)
+    mutable rxt_high : Tcp_seq.t;  (** the end of the episode's highest retransmission *)
   }
 
   (* TIME-WAIT as a small record: what it takes to acknowledge a

@@ -50,8 +50,23 @@ module Make (B : Tcp_tcb.S) = struct
                   m "%a: black hole? segments of %d bytes now" pp_connection tcb tcb.lower_max)
             end;
             let smss = smss tcb in
-            (* A timeout is not undone (its retransmissions go back N). *)
-            tcb.undo_retrans <- -1;
+            (* A first timeout may be undone by the timestamps (Eifel,
+               RFC 3522 and 4015), not by D-SACKs (its retransmissions go
+               back N): the windows before it are kept, or before the
+               recovery it interrupts. A timeout backed off is not undone. *)
+            if Tcp_rto.backoffs tcb.rto = 0 && tcb.ts_ok then begin
+              if tcb.undo_retrans < 0 then begin
+                tcb.undo_cwnd <- Tcp_cc.cwnd tcb.cc;
+                tcb.undo_ssthresh <- Tcp_cc.ssthresh tcb.cc;
+                tcb.undo_marker <- tcb.snd_una;
+                tcb.retrans_stamp <- None;
+                tcb.rxt_high <- tcb.snd_una;
+                tcb.undo_retrans <- 0
+              end;
+              tcb.undo_rto <- true
+            end
+            else tcb.undo_retrans <- -1;
+            tcb.prr_fs <- 0;
             Tcp_cc.on_rto tcb.cc ~flight:(flight tcb) ~smss ~first:(Tcp_rto.backoffs tcb.rto = 0);
             tcb.in_recovery <- false;
             tcb.dupacks <- 0;

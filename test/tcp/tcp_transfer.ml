@@ -6,7 +6,7 @@ let congestion = ref Tcp.Cubic
 
 open Cmdliner
 
-let run bytes loss buffer reorder duplicate rate delay seed sack timestamps debug =
+let run bytes loss buffer reorder jitter duplicate rate delay seed sack timestamps debug =
   Consort.Iovec.set_checked false;
   Logs.set_reporter (Logs_fmt.reporter ());
   if debug then Logs.set_level (Some Logs.Debug);
@@ -25,7 +25,7 @@ let run bytes loss buffer reorder duplicate rate delay seed sack timestamps debu
       Mem.loss;
       reorder;
       duplicate;
-      jitter = Consort.Time.of_ms 3;
+      jitter = Consort.Time.of_us jitter;
       delay = Consort.Time.of_us delay;
       rate = (if rate > 0 then Some rate else None);
       queue = (if rate > 0 then 100 * 1500 else max_int);
@@ -46,6 +46,7 @@ let () =
       $ f "loss" 0. "loss probability"
       $ i "buffer" 262144 "send and receive buffer"
       $ f "reorder" 0. "reorder probability"
+      $ i "jitter" 3000 "extra delay of a reordered frame, up to, us"
       $ f "duplicate" 0. "duplication probability"
       $ i "rate" 0 "bottleneck bytes/s (0: none)"
       $ i "delay" 1000 "one-way delay, us"

@@ -212,15 +212,17 @@ let sack_recovery =
 0.42  < . 1:1(0) ack 1001 win 65535 <sack 4001:5001 2001:3001>
 0.43  < . 1:1(0) ack 1001 win 65535 <sack 4001:6001 2001:3001>
 0.43  > . 1001:2001(1000) ack 1             # 3000 bytes SACKed above it
-0.43  expect cwnd 4500                      # half the flight
+0.43  expect cwnd 5500                      # PRR: pipe 5000 + 4500 x 3000 SACKed / 9000 - 1000 sent
+0.43  expect ssthresh 4500                  # half the flight
 0.44  < . 1:1(0) ack 1001 win 65535 <sack 4001:7001 2001:3001>
+0.44  expect cwnd 4500                      # pipe 4000, PRR-SSRB: up to ssthresh
 0.45  < . 1:1(0) ack 1001 win 65535 <sack 4001:8001 2001:3001>
-0.45  > . 3001:4001(1000) ack 1             # lost, and pipe now leaves room
+0.45  > . 3001:4001(1000) ack 1             # lost, and PRR now leaves room
 0.46  < . 1:1(0) ack 1001 win 65535 <sack 4001:9001 2001:3001>
 0.47  < . 1:1(0) ack 1001 win 65535 <sack 4001:10001 2001:3001>
 0.5   < . 1:1(0) ack 3001 win 65535 <sack 4001:10001>
 0.51  < . 1:1(0) ack 10001 win 65535
-0.51  expect cwnd 2000
+0.51  expect cwnd 4500                      # the recovery ends at ssthresh (PRR), not collapsed
 |}
 
 let zero_window_probe =

@@ -15,4 +15,5 @@ let () =
       ("stacks", Test_stacks.tests);
       ("rack", Test_rack.tests);
       ("pmtu", Test_pmtu.tests);
+      ("recovery", Test_recovery.tests);
     ]

@@ -360,6 +360,9 @@ let run
     | [ "expect"; "cwnd"; n ] ->
         let i = N.T.info (get_conn l) in
         if i.cwnd <> int_of_string n then fail_line l "cwnd is %d" i.cwnd
+    | [ "expect"; "ssthresh"; n ] ->
+        let i = N.T.info (get_conn l) in
+        if i.ssthresh <> int_of_string n then fail_line l "ssthresh is %d" i.ssthresh
     | [ "expect"; "rto"; ms ] ->
         let i = N.T.info (get_conn l) in
         if i.rto <> Time.of_ms (int_of_string ms) then fail_line l "rto is %a" Time.pp i.rto

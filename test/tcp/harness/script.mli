@@ -13,9 +13,9 @@
       [autoconsume on|off]: application calls on the latest connection;
     - [expect state STATE], [expect status STATUS] (connected, writable, peer_closed, closed, reset,
       refused, timeout), [expect delivered N], [expect rto MS], [expect mss N] (payload per segment
-      sent), [expect wscale SND RCV] (shifts, or [none]), [expect snd_wnd N], [expect cwnd N].
-      Options: [mss N], [wscale N], [sackOK], [nop], [TS val V ecr E] ([*] for any value; in an
-      injected segment [ecr *] echoes the stack's last TSval), [sack S:E ...].
+      sent), [expect wscale SND RCV] (shifts, or [none]), [expect snd_wnd N], [expect cwnd N],
+      [expect ssthresh N]. Options: [mss N], [wscale N], [sackOK], [nop], [TS val V ecr E] ([*] for
+      any value; in an injected segment [ecr *] echoes the stack's last TSval), [sack S:E ...].
 
     Any segment the stack sends that no [>] line expects fails the script. *)
 
