@@ -1,8 +1,8 @@
 (** The current view of the group runtime ({!Group.Make}) as its membership kernel ({!Membership})
     and the driver share it: the view, its members' addresses and public keys by rank, who is
     suspected in it and why, the flush round this member last reported to, and the view as the
-    application is told it ({!type-info}). The kernel holds the current one ({!Membership.Make.current});
-    the driver reads it through these accessors. *)
+    application is told it ({!type-info}). The kernel holds the current one
+    ({!Membership.Make.current}); the driver reads it through these accessors. *)
 
 type info = {
   vid : string;
@@ -35,8 +35,9 @@ val create :
   previous:'a t option ->
   'a t
 (** View [vid] of [members], this member at [rank], at [addrs] (by rank), coming after [previous]
-    (if any): its {!type-info} says who joined and who left since [previous], and why (["excluded: "] and
-    the suspicion, ["left"], or ["not in the next view"]). No one is suspected in it yet. *)
+    (if any): its {!type-info} says who joined and who left since [previous], and why
+    (["excluded: "] and the suspicion, ["left"], or ["not in the next view"]). No one is suspected
+    in it yet. *)
 
 val view : _ t -> Consort.View.t
 val info : _ t -> info
