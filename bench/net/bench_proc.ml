@@ -106,6 +106,18 @@ let send_line t s =
       let s = s ^ "\n" in
       ignore (Unix.write_substring fd s 0 (String.length s))
 
+let write t b off len =
+  match t.input with
+  | None -> invalid_arg "Bench_proc.write: no input pipe"
+  | Some fd ->
+      let rec go off len =
+        if len > 0 then
+          match Unix.write fd b off len with
+          | k -> go (off + k) (len - k)
+          | exception Unix.Unix_error (EINTR, _, _) -> go off len
+      in
+      go off len
+
 let close_stdin t =
   match t.input with Some fd -> ( try Unix.close fd with Unix.Unix_error _ -> ()) | None -> ()
 

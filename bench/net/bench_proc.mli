@@ -46,6 +46,12 @@ val send_line : t -> string -> unit
 (** [send_line t s] writes [s] and a newline to the child's input.
     @raise Invalid_argument if the child was spawned without [stdin]. *)
 
+val write : t -> Bytes.t -> int -> int -> unit
+(** [write t b off len] writes [len] bytes of [b] from [off] to the child's input, all of them
+    (blocking until the child has taken what its pipe cannot hold).
+    @raise Invalid_argument if the child was spawned without [stdin].
+    @raise Unix.Unix_error if the child's input is closed. *)
+
 val close_stdin : t -> unit
 
 val finish : t -> timeout:float -> (string, string) result

@@ -14,6 +14,9 @@
        set with TCP_CONGESTION, else the namespace's default).
      hash_peer cc CC
        exits 0 if a TCP socket takes congestion control CC, else says why.
+     hash_peer digest
+       reads its standard input to the end: bytes=, sha256= (how Consort's
+       end of the benchmark digests its stream, as the kernel's ends do).
 
    Exits 1 (one line on standard error) when out of time, 2 on an error. */
 
@@ -194,7 +197,27 @@ static int cc_check(const char *cc) {
   return 0;
 }
 
+/* Standard input to its end: its length and SHA-256. */
+static int digest(void) {
+  EVP_MD_CTX *ctx = sha256();
+  long long bytes = 0;
+  char d[2 * EVP_MAX_MD_SIZE + 1];
+  for (;;) {
+    ssize_t k = read(0, buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) die("read");
+    if (k == 0) break;
+    if (EVP_DigestUpdate(ctx, buf, (size_t)k) != 1) die("SHA-256");
+    bytes += k;
+  }
+  finish(ctx, d);
+  EVP_MD_CTX_free(ctx);
+  printf("RESULT bytes=%lld sha256=%s\n", bytes, d);
+  return fflush(stdout) == 0 ? 0 : 2;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "digest") == 0) return digest();
   if (argc == 3 && strcmp(argv[1], "cc") == 0) return cc_check(argv[2]);
   if (argc == 4 && strcmp(argv[1], "sink") == 0) return sink(atoi(argv[2]), atof(argv[3]));
   if ((argc == 6 || argc == 7) && strcmp(argv[1], "source") == 0)

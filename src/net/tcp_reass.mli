@@ -1,6 +1,10 @@
 (** The out-of-order queue of a TCP receiver: segments that arrived beyond the next expected byte,
     kept as packets (no copy), sorted, without overlap, bounded in number. It also yields the SACK
-    blocks the receiver reports (RFC 2018). *)
+    blocks the receiver reports (RFC 2018).
+
+    Every operation costs a constant number of operations on ordered maps (O(log n) each, n at most
+    [max_segments]) plus one for each segment it releases (which each segment pays once), whatever
+    the order and shape of the segments a peer sends; {!work} counts them. *)
 
 type t
 
@@ -17,6 +21,14 @@ val pop : t -> Tcp_seq.t -> Packet.t option
 
 val is_empty : t -> bool
 val segments : t -> int
+
+val block_count : t -> int
+(** [block_count t] is [List.length (blocks t)], in O(1). *)
+
+val work : t -> int
+(** [work t] is how many map operations (each O(log n)) the queue has taken since [create]: the
+    measure of its cost that tests bound. *)
+
 val bytes : t -> int
 
 val pinned : t -> int

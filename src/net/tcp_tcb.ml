@@ -320,8 +320,7 @@ struct
   let options_len tcb =
     let sack_blocks =
       if tcb.sack_ok && not (Tcp_reass.is_empty tcb.reass && tcb.dsack = None) then
-        min (sack_max tcb)
-          (List.length (Tcp_reass.blocks tcb.reass) + if tcb.dsack = None then 0 else 1)
+        min (sack_max tcb) (Tcp_reass.block_count tcb.reass + if tcb.dsack = None then 0 else 1)
       else 0
     in
     Tcp_options.length ~ts:tcb.ts_ok ~sack_blocks

@@ -299,6 +299,215 @@ let reass_bound () =
   Tcp_reass.clear q;
   check_int "released" 0 (Consort.Pool.in_use pool)
 
+(* The queue as it was written first, over integers: sorted lists scanned and
+   copied on every segment. The queue must answer exactly as it does. *)
+module Reass_model = struct
+  type t = {
+    max : int;
+    mutable q : (int * int) list;
+    mutable count : int;
+    mutable bytes : int;
+    mutable recent : int list;
+  }
+
+  let create max = { max; q = []; count = 0; bytes = 0; recent = [] }
+  let rec take n = function [] -> [] | x :: r -> if n = 0 then [] else x :: take (n - 1) r
+  let remember t s = t.recent <- take 8 (s :: List.filter (( <> ) s) t.recent)
+
+  let insert t seq len =
+    let e = seq + len in
+    if len <= 0 || List.exists (fun (s, l) -> s <= seq && s + l >= e) t.q then `Duplicate
+    else begin
+      t.q <-
+        List.filter
+          (fun (s, l) ->
+            if s >= seq && s + l <= e then begin
+              t.count <- t.count - 1;
+              t.bytes <- t.bytes - l;
+              false
+            end
+            else true)
+          t.q;
+      let seq, len =
+        match List.find_opt (fun (s, l) -> s < seq && s + l > seq) t.q with
+        | Some (s, l) -> (s + l, len - (s + l - seq))
+        | None -> (seq, len)
+      in
+      let len =
+        match List.find_opt (fun (s, _) -> s >= seq && s < e) t.q with
+        | Some (s, _) -> s - seq
+        | None -> len
+      in
+      if len <= 0 then `Duplicate
+      else if t.count >= t.max then `Full
+      else begin
+        t.q <- List.sort compare ((seq, len) :: t.q);
+        t.count <- t.count + 1;
+        t.bytes <- t.bytes + len;
+        remember t seq;
+        `Stored
+      end
+    end
+
+  (* Pops until [next] is not held; the bytes delivered. *)
+  let drain t next =
+    let rec go next =
+      match t.q with
+      | (s, l) :: rest when s <= next ->
+          t.q <- rest;
+          t.count <- t.count - 1;
+          t.bytes <- t.bytes - l;
+          go (max next (s + l))
+      | _ -> next
+    in
+    go next
+
+  let blocks t =
+    List.rev
+      (List.fold_left
+         (fun acc (s, l) ->
+           match acc with (a, b) :: r when b = s -> (a, s + l) :: r | _ -> (s, s + l) :: acc)
+         [] t.q)
+
+  let sack_blocks t ~max =
+    let bs = blocks t in
+    let chosen = ref [] in
+    let add b = if not (List.mem b !chosen) then chosen := b :: !chosen in
+    List.iter
+      (fun s ->
+        match List.find_opt (fun (l, r) -> l <= s && s < r) bs with Some b -> add b | None -> ())
+      t.recent;
+    List.iter add (List.rev bs);
+    take max (List.rev !chosen)
+end
+
+let reass_reference =
+  qtest ~count:300 ~seed:11 "the out-of-order queue answers as the list model, across wrap-around"
+    QCheck.(
+      pair (int_bound 0xFFFF_FFFF)
+        (list_of_size (Gen.int_range 1 120) (triple (int_bound 9) (int_bound 400) (int_range 1 40))))
+    (fun (base, ops) ->
+      let pool = Consort.Pool.create () in
+      let q = Tcp_reass.create ~max_segments:24 in
+      let m = Reass_model.create 24 in
+      let base = seq base in
+      let next = ref 1 in
+      let rel l = List.map (fun (a, b) -> (Tcp_seq.sub a base, Tcp_seq.sub b base)) l in
+      let ok =
+        List.for_all
+          (fun (kind, off, len) ->
+            let same_result =
+              if kind = 0 then begin
+                (* The hole at [next] is filled: everything contiguous comes out. *)
+                let upto = Reass_model.drain m (!next + 1) in
+                let got = ref (!next + 1) in
+                let rec drain () =
+                  match Tcp_reass.pop q (Tcp_seq.add base !got) with
+                  | Some p ->
+                      got := !got + Packet.length p;
+                      Packet.release p;
+                      drain ()
+                  | None -> ()
+                in
+                drain ();
+                next := upto;
+                !got = upto
+              end
+              else begin
+                let off = !next + 1 + off in
+                let r =
+                  Tcp_reass.insert q (Tcp_seq.add base off)
+                    (Packet.of_string pool (String.make len 'x'))
+                in
+                r = Reass_model.insert m off len
+              end
+            in
+            same_result
+            && rel (Tcp_reass.blocks q) = Reass_model.blocks m
+            && Tcp_reass.block_count q = List.length (Reass_model.blocks m)
+            && rel (Tcp_reass.sack_blocks q ~max:4) = Reass_model.sack_blocks m ~max:4
+            && rel (Tcp_reass.sack_blocks q ~max:2) = Reass_model.sack_blocks m ~max:2
+            && Tcp_reass.segments q = m.count
+            && Tcp_reass.bytes q = m.bytes)
+          ops
+      in
+      Tcp_reass.clear q;
+      ok && Consort.Pool.in_use pool = 0)
+
+(* A hostile peer: a thousand one-byte holes, filled in the worst orders, with
+   segments that bridge many of them, duplicates, and more than the bound. The
+   queue's work stays a constant per segment (plus one per segment released),
+   counted, not timed. *)
+let reass_hostile () =
+  let pool = Consort.Pool.create () in
+  let n = 1024 in
+  let q = Tcp_reass.create ~max_segments:n in
+  let base = seq 0xFFFF_F000 in
+  let ops = ref 0 and released = ref 0 in
+  let held = Array.make ((4 * n) + 200) false in
+  let ins off len =
+    incr ops;
+    let before = Tcp_reass.segments q in
+    let r =
+      Tcp_reass.insert q (Tcp_seq.add base off) (Packet.of_string pool (String.make len 'h'))
+    in
+    ignore (Tcp_reass.sack_blocks q ~max:4);
+    released := !released + max 0 (before + (if r = `Stored then 1 else 0) - Tcp_reass.segments q);
+    if r = `Stored then Array.fill held off len true;
+    r
+  in
+  (* One-byte segments at every other byte, from the highest down: each lands in front of all the
+     others. *)
+  for i = n downto 1 do
+    ignore (ins (2 * i) 1)
+  done;
+  check_int "a thousand holes" n (Tcp_reass.block_count q);
+  (* Over the bound, and duplicates of each. *)
+  let full = ref 0 and dup = ref 0 in
+  for i = 1 to n do
+    if ins ((2 * n) + (2 * i)) 1 = `Full then incr full;
+    if ins (2 * i) 1 = `Duplicate then incr dup
+  done;
+  check_int "over the bound: full" n !full;
+  check_int "duplicates" n !dup;
+  (* Scattered over the middle: segments that cover two held bytes and the hole between. *)
+  let rng = Random.State.make [| 34 |] in
+  for _ = 1 to n do
+    let i = 1 + Random.State.int rng (n - 1) in
+    ignore (ins (2 * i) 3)
+  done;
+  (* Large segments over many small ones. *)
+  let i = ref 1 in
+  while !i < 2 * n do
+    ignore (ins !i 97);
+    i := !i + 90
+  done;
+  let w = Tcp_reass.work q in
+  let bound = (24 * !ops) + !released in
+  if w > bound then
+    Alcotest.failf "work %d over %d ops (%d released): over %d" w !ops !released bound;
+  (* The stream still comes out whole: fill the first byte. *)
+  let got = ref 1 in
+  let rec drain () =
+    match Tcp_reass.pop q (Tcp_seq.add base !got) with
+    | Some p ->
+        got := !got + Packet.length p;
+        Packet.release p;
+        drain ()
+    | None -> ()
+  in
+  drain ();
+  let expect = ref 1 in
+  while held.(!expect) do
+    incr expect
+  done;
+  check_bool "the large segments bridged every hole" true (!expect > 2 * n);
+  check_int "everything held comes out" !expect !got;
+  check_bool "empty" true (Tcp_reass.is_empty q);
+  check_int "no blocks" 0 (Tcp_reass.block_count q);
+  Tcp_reass.clear q;
+  check_int "released" 0 (Consort.Pool.in_use pool)
+
 (* {1 SACK scoreboard} *)
 
 let sack_scoreboard () =
@@ -446,5 +655,8 @@ let tests =
     sndbuf_model;
     reass_model;
     Alcotest.test_case "out-of-order queue bound and SACK order" `Quick reass_bound;
+    reass_reference;
+    Alcotest.test_case "out-of-order queue: bounded work against a thousand holes" `Quick
+      reass_hostile;
     Alcotest.test_case "SACK scoreboard: IsLost, pipe, NextSeg" `Quick sack_scoreboard;
   ]
