@@ -1516,6 +1516,57 @@ let test_descriptor () =
     | Error m -> contains m "version 2"
     | Ok _ -> false)
 
+(* The zygote gives back its copy of the server's OCaml heaps (each spare it clones would copy
+   and take down their page table entries): with 32 MB in this process's heap, the zygote holds
+   at least 24 MB less anonymous memory than this process (what is left is memory outside the
+   OCaml heap), and still makes spares that run programs. *)
+let test_zygote_heaps () =
+  let module Spawn = Consort_capproc.Spawn in
+  let big = Bytes.make (32 * 1024 * 1024) 'x' in
+  let anon pid =
+    let f = read_proc (Printf.sprintf "/proc/%d/status" pid) in
+    match
+      List.find_opt
+        (fun l -> String.length l > 8 && String.sub l 0 8 = "RssAnon:")
+        (String.split_on_char '\n' f)
+    with
+    | Some l -> Scanf.sscanf (String.sub l 8 (String.length l - 8)) " %d" (fun k -> k)
+    | None -> Alcotest.failf "no RssAnon in /proc/%d/status" pid
+  in
+  let z = Spawn.zygote () in
+  Fun.protect ~finally:(fun () -> Spawn.stop_zygote z) @@ fun () ->
+  (* A spare made: the zygote is past its start. *)
+  let s = Spawn.prepare ~zygote:z ~cgroups:[] ~pid_namespace:false () in
+  let mine = anon (Unix.getpid ()) and its = anon (Spawn.zygote_pid z) in
+  Alcotest.(check bool)
+    (Printf.sprintf "this process holds the 32 MB (%d kB)" mine)
+    true (mine >= 32768);
+  Alcotest.(check bool)
+    (Printf.sprintf "the zygote %d kB, without the 32 MB of this process's %d kB" its mine)
+    true
+    (its + (24 * 1024) < mine);
+  let null = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+  let c =
+    {
+      Spawn.uid = -1;
+      gid = -1;
+      cwd = "";
+      cgroups = [];
+      nproc = 0;
+      nofile = 0;
+      pid_namespace = false;
+    }
+  in
+  let started =
+    Spawn.start_spare s c "/bin/sh" [| "/bin/sh"; "-c"; "exit 7" |] [||] (null, null, null)
+  in
+  Unix.close null;
+  Alcotest.(check bool) "the spare was made by the zygote" false (Spawn.zygote_gone z);
+  (match Unix.waitpid [] started.Spawn.pid with
+  | _, Unix.WEXITED n -> Alcotest.(check int) "the program ran to its end" 7 n
+  | _ -> Alcotest.fail "the program did not exit");
+  ignore (Sys.opaque_identity big)
+
 let () =
   Alcotest.run "capproc"
     [
@@ -1552,5 +1603,6 @@ let () =
           Alcotest.test_case "10 GB, out of memory told" `Quick test_memory;
           Alcotest.test_case "setsid grandchild, the cgroup alone" `Quick test_setsid_cgroup_alone;
           Alcotest.test_case "spares: limits as asked, a cgroup each" `Quick test_spares;
+          Alcotest.test_case "the zygote holds no OCaml heap" `Quick test_zygote_heaps;
         ] );
     ]
