@@ -12,191 +12,8 @@ let index_where p l =
   go 0 l
 
 module Make (T : Transport.S) = struct
-  (* The stacks' datagrams go through one bundler. The side channel's go
-     alone and at once: a transport underneath may seal them apart (the
-     seal's per-view keys), and the protocols expect no order between
-     them and the stacks' datagrams, which the network may reorder. *)
-  module B = Bundle.Make (T)
-  module Ep = Endpoint.Make (B)
-  module Mv = Group_migration.Make (T)
-  module Oc = Group_join.Open (T)
-
-  module Mb = Membership.Make (struct
-    type t = T.address
-
-    let equal = T.equal_address
-    let to_string = T.address_to_string
-    let of_string = T.address_of_string
-  end)
-
-  module V = Group_view
-
-  (* The application's callbacks. *)
-  type app = {
-    cb : callbacks;
-    on_sent : (vid:string -> [ `Cast | `Send of string ] -> string -> unit) option;
-    on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
-    on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
-        (* deliveries as views of the received buffers, instead of strings *)
-  }
-
-  type timing = { heal_interval : Time.t; merge_timeout : Time.t; install_retry : Time.t }
-
-  type t = {
-    tr : T.t;
-    mutable conn : B.connection Lazy.t;
-    mutable me : Side.member; (* its address changes when the member moves *)
-    mv : Mv.t; (* migration: this member's moves, and those of others ({!Group_migration}) *)
-    mutable clients : (src:string -> string -> unit) option; (* client-server traffic ({!Cltsvr}) *)
-    group : string;
-    layers : Layer.t list;
-    params : Params.t;
-    pool : Pool.t;
-    rng : Rng.t;
-    app : app; (* the application's callbacks *)
-    discovery : T.address option; (* a multicast group all members joined *)
-    mb : Mb.t;
-        (* the membership kernel: the current view, discovery, merge and absorb, the views this
-           member announces ({!Membership}) *)
-    mutable ep : Ep.Binding.t option;
-        (* the current view's stack, bound to the member's connection *)
-    mutable blocked : bool;
-    queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
-    mutable max_message : int;
-    pause : Group_pause.t; (* pauses of this process, and a view that went on without it *)
-    status : T.timer Group_status.t; (* status answers counted, queries out *)
-    mutable exited : bool;
-    xfer : Xfer.t option;
-    sw : Group_switch.t; (* the stack and switching ({!Group_switch}) *)
-    on_stack_error : stack_error -> unit;
-    evs : Group_evs.t; (* extended virtual synchrony ({!Group_evs}) *)
-    quorum : Group_primary.t; (* with Primary: the current view's quorum ({!Group_primary}) *)
-    mutable told : (string * string) list; (* stack errors reported, by peer and stack *)
-    mutable tick : T.timer option;
-    rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
-    timing : timing; (* the membership's periods, from the parameters *)
-    counts : Group_counters.t; (* what it counts, and the stacks of earlier views *)
-  }
-
-  let conn t = Lazy.force t.conn
-
-  (* The current view ({!Group_view}, held by the kernel) and its stack. *)
-  let cur t = Mb.current t.mb
-  let current t = match (Mb.current t.mb, t.ep) with Some c, Some ep -> Some (c, ep) | _ -> None
-  let is_current t c = match Mb.current t.mb with Some c' -> c == c' | None -> false
-  let me t = t.me.eid
-  let primary t = Group_primary.quorum t.quorum
-  let now t = T.now t.tr
-  let is_blocked t = t.blocked
-  let has_exited t = t.exited
-  let update_flow t = Group_queue.update_flow t.queue ~exited:t.exited
-
-  let report t = function
-    | Ok () -> ()
-    | Error `Closed -> ()
-    | Error e ->
-        t.counts.send_errors <- t.counts.send_errors + 1;
-        Log.warn (fun m -> m "%s: send failed: %a" t.me.eid Transport.pp_error e)
-
-  (* The connection to answer [dst] from: a member that has not yet heard
-     of this member's move knows it at its old address (an Install it
-     checks comes from there), while that is open; anyone else, the
-     current one. *)
-  let conn_for t dst =
-    Mv.conn_for t.mv ~view:(Option.map (fun c -> (V.view c, V.addrs c)) (cur t)) ~conn:(conn t) dst
-
-  (* To a member that has not acknowledged this member's move, from both
-     addresses: it may know either (its acknowledgement may be on its way,
-     or under a view key this member no longer holds). *)
-  let side_send t dst v =
-    let bytes = Codec.encode_string Side.codec v in
-    let via c =
-      let msg = Msg.create (Iovecs.of_string t.pool bytes) in
-      report t (B.send_alone c ~dst msg);
-      Msg.release msg
-    in
-    let c = conn_for t dst in
-    if c != conn t then via c;
-    via (conn t)
-
-  let migrate_send t dst v =
-    let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Migrate.codec v)) in
-    report t (B.send_alone (conn t) ~dst msg);
-    Msg.release msg
-
-  let addr_of t s =
-    match T.address_of_string s with
-    | Ok a -> Some a
-    | Error e ->
-        Log.warn (fun m -> m "%s: bad member address %S: %s" t.me.eid s e);
-        None
-
-  (* {1 The current stack} *)
-
-  let is_coordinator t = match cur t with Some c -> V.is_coordinator c | None -> false
-
-  let stop_stack t ep =
-    Group_counters.stack_stopped t.counts (Stack.counters (Ep.Binding.stack ep));
-    Ep.Binding.stop ep
-
-  let stack_error t e =
-    let key =
-      match e with
-      | Incompatible { peer; theirs; _ } -> (peer, theirs)
-      | Unknown_stack { peer; stack; _ } -> (peer, stack)
-    in
-    if not (List.mem key t.told) then begin
-      t.told <- key :: (if List.length t.told > 64 then [] else t.told);
-      Log.warn (fun m -> m "%s: %a" t.me.eid pp_stack_error e);
-      t.on_stack_error e
-    end
-
-  let max_message_of = Group_join.max_message_of
-
-  (* The next view runs [stack]: build it from the registry. *)
-  let adopt t (stack : Side.stack) =
-    match Group_switch.adopt t.sw stack with
-    | Ok true ->
-        t.max_message <-
-          max_message_of t.params (Group_switch.layers t.sw) (B.query (Lazy.force t.conn)).B.mtu;
-        Ok ()
-    | Ok false -> Ok ()
-    | Error e -> Error e
-
-  (* {1 Moves} *)
-
-  let send_moves t =
-    match cur t with
-    | Some c ->
-        Mv.send_moves t.mv ~now:(now t)
-          ~view:(V.view c, V.addrs c)
-          ~addr:t.me.addr ~send:(migrate_send t)
-    | None -> ()
-
-  (* While a view change is under way, members of other partitions may
-     know this member at an old address (a merge request it sent from
-     there). *)
-  let close_old t = Mv.close_old t.mv ~now:(now t) ~changing:(t.blocked || Mb.changing t.mb)
-
-  (* Back to connection [oc]: no member acknowledged the latest move. *)
-  let move_back t oc =
-    Mv.go_back t.mv ~bad:(conn t)
-      ~switch:(fun oc local ->
-        t.conn <- Lazy.from_val oc;
-        t.me <- { t.me with addr = T.address_to_string local })
-      ~members:(Option.map V.members (cur t))
-      oc;
-    match current t with
-    | Some (c, ep) ->
-        Ep.Binding.set_conn ep oc;
-        Ep.Binding.set_addr ep (V.rank c) (B.query oc).B.local;
-        send_moves t
-    | None -> ()
-
-  let recently_resumed t = Group_pause.recently_resumed t.pause ~now:(now t)
-
-  (* The current view as the membership kernel sees it. *)
-  let ctx t c = Mb.context ~now:(now t) ~me:t.me ~blocked:t.blocked ~resumed:(recently_resumed t) c
+  module M = Group_member.Make (T)
+  include M
 
   (* {1 Installing a view} *)
 
@@ -568,34 +385,33 @@ module Make (T : Transport.S) = struct
       m
 
   let recv t ~src v =
+    let cs = Iovec.cstruct v in
+    let magic = if Cstruct.length cs > 0 then Cstruct.get_uint8 cs 0 else -1 in
     if t.exited then Iovec.release v
-    else begin
-      let cs = Iovec.cstruct v in
-      if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = client_magic then begin
-        let s = Cstruct.to_string cs in
-        Iovec.release v;
-        match t.clients with
-        | Some f -> f ~src:(T.address_to_string src) s
-        | None -> t.counts.garbage <- t.counts.garbage + 1
-      end
-      else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Migrate.magic then begin
-        (match Codec.decode_exact Migrate.codec cs with
-        | Ok m -> on_migrate t ~src m
-        | Error e ->
-            Mv.garbage t.mv;
-            Log.debug (fun m -> m "%s: bad migration message: %a" t.me.eid Codec.pp_error e));
-        Iovec.release v
-      end
-      else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Side.magic then begin
-        (match Codec.decode_exact Side.codec cs with
-        | Ok side -> on_side t ~src side
-        | Error e ->
-            t.counts.garbage <- t.counts.garbage + 1;
-            Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
-        Iovec.release v
-      end
-      else match t.ep with Some ep -> Ep.Binding.recv ep v | None -> Iovec.release v
+    else if magic = client_magic then begin
+      let s = Cstruct.to_string cs in
+      Iovec.release v;
+      match t.clients with
+      | Some f -> f ~src:(T.address_to_string src) s
+      | None -> t.counts.garbage <- t.counts.garbage + 1
     end
+    else if magic = Migrate.magic then begin
+      (match Codec.decode_exact Migrate.codec cs with
+      | Ok m -> on_migrate t ~src m
+      | Error e ->
+          Mv.garbage t.mv;
+          Log.debug (fun m -> m "%s: bad migration message: %a" t.me.eid Codec.pp_error e));
+      Iovec.release v
+    end
+    else if magic = Side.magic then begin
+      (match Codec.decode_exact Side.codec cs with
+      | Ok side -> on_side t ~src side
+      | Error e ->
+          t.counts.garbage <- t.counts.garbage + 1;
+          Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
+      Iovec.release v
+    end
+    else match t.ep with Some ep -> Ep.Binding.recv ep v | None -> Iovec.release v
 
   (* {1 Periodic work} *)
 
@@ -642,12 +458,7 @@ module Make (T : Transport.S) = struct
               ~send_moves:(fun () -> send_moves t)
               ~close_old:(fun () -> close_old t)
       | None -> ());
-      (* While a merge waits for an answer or a view waits for
-         acknowledgements, come back sooner: that is what a join waits on. *)
-      let period =
-        if Mb.hurry t.mb ~blocked:t.blocked then min t.timing.install_retry (Time.of_ms 10)
-        else min t.timing.heal_interval t.timing.install_retry
-      in
+      let period = Group_join.period t.timing ~hurry:(Mb.hurry t.mb ~blocked:t.blocked) in
       if not t.exited then t.tick <- Some (T.at t.tr (now t + period) (fun () -> tick t))
     end
 
@@ -690,7 +501,7 @@ module Make (T : Transport.S) = struct
         | Ok conn ->
             let info = B.query conn in
             let addr = T.address_to_string info.B.local in
-            let max_message = max_message_of params layers info.B.mtu in
+            let max_message = Group_join.max_message_of params layers info.B.mtu in
             let eid = addr ^ "#" ^ incarnation in
             let on_primary = primary in
             let xfer =
@@ -752,12 +563,7 @@ module Make (T : Transport.S) = struct
                 told = [];
                 tick = None;
                 rekey;
-                timing =
-                  {
-                    heal_interval = Params.time params Param.heal_interval;
-                    merge_timeout = Params.time params Param.merge_timeout;
-                    install_retry = Params.time params Param.install_retry;
-                  };
+                timing = Group_join.timing params;
               }
             in
             self := Some t;
@@ -859,13 +665,8 @@ module Make (T : Transport.S) = struct
               t.conn <- Lazy.from_val nc;
               t.me <- { t.me with addr = T.address_to_string local };
               Mv.moved t.mv ~now:(now t) ~old ~local ~members:(Option.map V.members (cur t));
-              (match current t with
-              | Some (c, ep) ->
-                  Ep.Binding.set_conn ep nc;
-                  Ep.Binding.set_addr ep (V.rank c) local;
-                  send_moves t;
-                  close_old t
-              | None -> ());
+              rebind t nc local;
+              if Option.is_some (current t) then close_old t;
               Ok ())
 
   let address t = t.me.addr

@@ -9,6 +9,19 @@ let max_message_of params layers info_mtu =
   if has_layer Frag.name layers then Params.int params Frag.Param.max_message
   else max 0 (info_mtu - header_reserve)
 
+type timing = { heal_interval : Time.t; install_retry : Time.t }
+
+let timing params =
+  {
+    heal_interval = Params.time params Group_types.Param.heal_interval;
+    install_retry = Params.time params Group_types.Param.install_retry;
+  }
+
+(* While a merge waits for an answer or a view waits for acknowledgements, come back sooner: that
+   is what a join waits on. *)
+let period t ~hurry =
+  if hurry then min t.install_retry (Time.of_ms 10) else min t.heal_interval t.install_retry
+
 let check ~parse ~params ~layers ~addr ~discovery ~peers =
   let parse what s =
     match parse s with

@@ -14,6 +14,15 @@ val max_message_of : Consort.Params.t -> Consort.Layer.t list -> int -> int
 (** The largest message of a stack with these tunables and layers over a datagram of [mtu] bytes:
     [Frag]'s bound, else the datagram less {!header_reserve}. *)
 
+type timing
+(** The membership's periods ([group.heal_interval], [group.install_retry]). *)
+
+val timing : Consort.Params.t -> timing
+
+val period : timing -> hurry:bool -> Consort.Time.t
+(** When the periodic work runs next: at the lesser of the two periods, or within 10 ms when [hurry]
+    (a merge waits for an answer, or a view for acknowledgements: what a join waits on). *)
+
 val check :
   parse:(string -> ('a, string) result) ->
   params:Consort.Params.t ->
