@@ -186,7 +186,32 @@ let encode_wire w = Codec.encode_string wire_codec w
 module Make (T : Transport.S) = struct
   module G = Group.Make (T)
 
-  module Server = struct
+  module Server : sig
+    type t
+
+    type callbacks = {
+      request : client:string -> seq:int -> string -> unit;
+      opened : client:string -> unit;
+      closed : client:string -> why:string -> unit;
+      noted : client:string -> n:int -> string -> unit;
+      cast : origin:string -> string -> unit;
+    }
+
+    val create : ?params:Consort.Params.t -> T.t -> group:string -> callbacks -> t
+    val callbacks : t -> Group.callbacks -> Group.callbacks
+    val attach : t -> Group.Make(T).t -> (unit, attach_error) result
+    val cast : t -> string -> (unit, error) result
+    val notify : t -> client:string -> string -> (unit, error) result
+    val notify_all : t -> string -> (unit, error) result
+    val take_state : t -> string
+    val install_state : t -> string -> unit
+    val stop : t -> unit
+    val sessions : t -> int
+    val clients : t -> string list
+    val upto : t -> string -> int option
+    val contacts : t -> int
+    val counters : t -> (string * int) list
+  end = struct
     type session = {
       mutable upto : int; (* requests delivered *)
       mutable notes : int; (* notifications numbered *)
@@ -582,7 +607,31 @@ module Make (T : Transport.S) = struct
       ]
   end
 
-  module Client = struct
+  module Client : sig
+    type t
+    type callbacks = { note : string -> unit; lost : int -> unit; status : status -> unit }
+
+    val connect :
+      ?params:Consort.Params.t ->
+      ?seed:int ->
+      T.t ->
+      group:string ->
+      addr:string ->
+      servers:string list ->
+      callbacks ->
+      (t, string) result
+
+    val request : t -> string -> (int, error) result
+    val close : t -> unit
+    val crash : t -> unit
+    val session : t -> string
+    val acked : t -> int
+    val heard : t -> int
+    val outstanding : t -> int
+    val server : t -> string
+    val is_closed : t -> bool
+    val failovers : t -> int
+  end = struct
     type callbacks = { note : string -> unit; lost : int -> unit; status : status -> unit }
 
     type t = {

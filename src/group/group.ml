@@ -2,10 +2,6 @@ open Consort
 module Log = Group_log.Log
 include Group_types
 
-(* Bytes kept for the headers of every layer when a message must fit in one
-   datagram (a stack without Frag). *)
-let header_reserve = 512
-
 (* Datagrams between clients and servers ({!Cltsvr}): distinct from
    Bottom's (0xC1), the side channel's (0xC2), bundles' (0xC4), the
    seal's (0xC5) and migration's (0xC6). *)
@@ -16,194 +12,8 @@ let index_where p l =
   go 0 l
 
 module Make (T : Transport.S) = struct
-  (* The stacks' datagrams go through one bundler. The side channel's go
-     alone and at once: a transport underneath may seal them apart (the
-     seal's per-view keys), and the protocols expect no order between
-     them and the stacks' datagrams, which the network may reorder. *)
-  module B = Bundle.Make (T)
-  module Ep = Endpoint.Make (B)
-  module Mv = Group_migration.Make (T)
-
-  module Mb = Membership.Make (struct
-    type t = T.address
-
-    let equal = T.equal_address
-    let to_string = T.address_to_string
-    let of_string = T.address_of_string
-  end)
-
-  module V = Group_view
-
-  (* The application's callbacks. *)
-  type app = {
-    cb : callbacks;
-    on_sent : (vid:string -> [ `Cast | `Send of string ] -> string -> unit) option;
-    on_lost : [ `Cast | `Send of string ] -> string -> string -> unit;
-    on_bytes : ([ `Cast | `Send ] -> origin:string -> Cstruct.t -> unit) option;
-        (* deliveries as views of the received buffers, instead of strings *)
-  }
-
-  type timing = { heal_interval : Time.t; merge_timeout : Time.t; install_retry : Time.t }
-
-  type t = {
-    tr : T.t;
-    mutable conn : B.connection Lazy.t;
-    mutable me : Side.member; (* its address changes when the member moves *)
-    mv : Mv.t; (* migration: this member's moves, and those of others ({!Group_migration}) *)
-    mutable clients : (src:string -> string -> unit) option; (* client-server traffic ({!Cltsvr}) *)
-    group : string;
-    layers : Layer.t list;
-    params : Params.t;
-    pool : Pool.t;
-    rng : Rng.t;
-    app : app; (* the application's callbacks *)
-    discovery : T.address option; (* a multicast group all members joined *)
-    mb : Mb.t;
-        (* the membership kernel: the current view, discovery, merge and absorb, the views this
-           member announces ({!Membership}) *)
-    mutable ep : Ep.Binding.t option;
-        (* the current view's stack, bound to the member's connection *)
-    mutable blocked : bool;
-    queue : Group_queue.t; (* the application's side: admission, queue, flow ({!Group_queue}) *)
-    mutable max_message : int;
-    pause : Group_pause.t; (* pauses of this process, and a view that went on without it *)
-    status : T.timer Group_status.t; (* status answers counted, queries out *)
-    mutable exited : bool;
-    xfer : Xfer.t option;
-    sw : Group_switch.t; (* the stack and switching ({!Group_switch}) *)
-    on_stack_error : stack_error -> unit;
-    evs : Group_evs.t; (* extended virtual synchrony ({!Group_evs}) *)
-    quorum : Group_primary.t; (* with Primary: the current view's quorum ({!Group_primary}) *)
-    mutable told : (string * string) list; (* stack errors reported, by peer and stack *)
-    mutable tick : T.timer option;
-    rekey : Group_rekey.t; (* per-view keys ({!Group_rekey}) *)
-    timing : timing; (* the membership's periods, from the parameters *)
-    counts : Group_counters.t; (* what it counts, and the stacks of earlier views *)
-  }
-
-  let conn t = Lazy.force t.conn
-
-  (* The current view ({!Group_view}, held by the kernel) and its stack. *)
-  let cur t = Mb.current t.mb
-  let current t = match (Mb.current t.mb, t.ep) with Some c, Some ep -> Some (c, ep) | _ -> None
-  let is_current t c = match Mb.current t.mb with Some c' -> c == c' | None -> false
-  let me t = t.me.eid
-  let primary t = Group_primary.quorum t.quorum
-  let now t = T.now t.tr
-  let is_blocked t = t.blocked
-  let has_exited t = t.exited
-  let update_flow t = Group_queue.update_flow t.queue ~exited:t.exited
-
-  let report t = function
-    | Ok () -> ()
-    | Error `Closed -> ()
-    | Error e ->
-        t.counts.send_errors <- t.counts.send_errors + 1;
-        Log.warn (fun m -> m "%s: send failed: %a" t.me.eid Transport.pp_error e)
-
-  (* The connection to answer [dst] from: a member that has not yet heard
-     of this member's move knows it at its old address (an Install it
-     checks comes from there), while that is open; anyone else, the
-     current one. *)
-  let conn_for t dst =
-    Mv.conn_for t.mv ~view:(Option.map (fun c -> (V.view c, V.addrs c)) (cur t)) ~conn:(conn t) dst
-
-  (* To a member that has not acknowledged this member's move, from both
-     addresses: it may know either (its acknowledgement may be on its way,
-     or under a view key this member no longer holds). *)
-  let side_send t dst v =
-    let bytes = Codec.encode_string Side.codec v in
-    let via c =
-      let msg = Msg.create (Iovecs.of_string t.pool bytes) in
-      report t (B.send_alone c ~dst msg);
-      Msg.release msg
-    in
-    let c = conn_for t dst in
-    if c != conn t then via c;
-    via (conn t)
-
-  let migrate_send t dst v =
-    let msg = Msg.create (Iovecs.of_string t.pool (Codec.encode_string Migrate.codec v)) in
-    report t (B.send_alone (conn t) ~dst msg);
-    Msg.release msg
-
-  let addr_of t s =
-    match T.address_of_string s with
-    | Ok a -> Some a
-    | Error e ->
-        Log.warn (fun m -> m "%s: bad member address %S: %s" t.me.eid s e);
-        None
-
-  (* {1 The current stack} *)
-
-  let is_coordinator t = match cur t with Some c -> V.is_coordinator c | None -> false
-
-  let stop_stack t ep =
-    Group_counters.stack_stopped t.counts (Stack.counters (Ep.Binding.stack ep));
-    Ep.Binding.stop ep
-
-  let stack_error t e =
-    let key =
-      match e with
-      | Incompatible { peer; theirs; _ } -> (peer, theirs)
-      | Unknown_stack { peer; stack; _ } -> (peer, stack)
-    in
-    if not (List.mem key t.told) then begin
-      t.told <- key :: (if List.length t.told > 64 then [] else t.told);
-      Log.warn (fun m -> m "%s: %a" t.me.eid pp_stack_error e);
-      t.on_stack_error e
-    end
-
-  (* Without Frag a message is one datagram, headers of every layer included. *)
-  let max_message_of params layers info_mtu =
-    if List.exists (fun l -> Layer.name l = Frag.name) layers then
-      Params.int params Frag.Param.max_message
-    else max 0 (info_mtu - header_reserve)
-
-  (* The next view runs [stack]: build it from the registry. *)
-  let adopt t (stack : Side.stack) =
-    match Group_switch.adopt t.sw stack with
-    | Ok true ->
-        t.max_message <-
-          max_message_of t.params (Group_switch.layers t.sw) (B.query (Lazy.force t.conn)).B.mtu;
-        Ok ()
-    | Ok false -> Ok ()
-    | Error e -> Error e
-
-  (* {1 Moves} *)
-
-  let send_moves t =
-    match cur t with
-    | Some c ->
-        Mv.send_moves t.mv ~now:(now t)
-          ~view:(V.view c, V.addrs c)
-          ~addr:t.me.addr ~send:(migrate_send t)
-    | None -> ()
-
-  (* While a view change is under way, members of other partitions may
-     know this member at an old address (a merge request it sent from
-     there). *)
-  let close_old t = Mv.close_old t.mv ~now:(now t) ~changing:(t.blocked || Mb.changing t.mb)
-
-  (* Back to connection [oc]: no member acknowledged the latest move. *)
-  let move_back t oc =
-    Mv.go_back t.mv ~bad:(conn t)
-      ~switch:(fun oc local ->
-        t.conn <- Lazy.from_val oc;
-        t.me <- { t.me with addr = T.address_to_string local })
-      ~members:(Option.map V.members (cur t))
-      oc;
-    match current t with
-    | Some (c, ep) ->
-        Ep.Binding.set_conn ep oc;
-        Ep.Binding.set_addr ep (V.rank c) (B.query oc).B.local;
-        send_moves t
-    | None -> ()
-
-  let recently_resumed t = Group_pause.recently_resumed t.pause ~now:(now t)
-
-  (* The current view as the membership kernel sees it. *)
-  let ctx t c = Mb.context ~now:(now t) ~me:t.me ~blocked:t.blocked ~resumed:(recently_resumed t) c
+  module M = Group_member.Make (T)
+  include M
 
   (* {1 Installing a view} *)
 
@@ -389,24 +199,9 @@ module Make (T : Transport.S) = struct
         Group_deliver.bytes ~pool:t.pool ~counts:t.counts msg (f kind ~origin)
     | _ -> deliver_string t cell src msg
 
-  and deliver_string t cell (src : Event.src) msg =
-    let s = Msg.body_string msg in
-    Msg.release msg;
-    t.counts.copies <- t.counts.copies + 1;
-    t.counts.copied_bytes <- t.counts.copied_bytes + String.length s;
-    match !cell with
-    | Some c when not (is_current t c) -> ()
-    | Some c -> (
-        (match src with
-        | Event.Cast_from _ | Event.Send_from _ -> t.counts.delivered <- t.counts.delivered + 1
-        | Event.Raw -> ());
-        match (src, t.xfer) with
-        | Event.Cast_from r, None -> t.app.cb.cast ~origin:(V.members c).(r) s
-        | Event.Send_from r, None -> t.app.cb.send ~origin:(V.members c).(r) s
-        | Event.Cast_from r, Some x -> Xfer.on_app x ~vid:(V.id c) `Cast ~origin:(V.members c).(r) s
-        | Event.Send_from r, Some x -> Xfer.on_app x ~vid:(V.id c) `Send ~origin:(V.members c).(r) s
-        | Event.Raw, _ -> ())
-    | None -> ()
+  and deliver_string t cell src msg =
+    Group_deliver.string ~counts:t.counts ~cb:t.app.cb ~xfer:t.xfer ~is_current:(is_current t) !cell
+      src msg
 
   and ctl t cell e =
     match (!cell, t.ep) with
@@ -502,16 +297,11 @@ module Make (T : Transport.S) = struct
 
   (* {2 Status queries} *)
 
-  let json_string = Group_status.json_string
-
   (* What a member whose application reports nothing answers: the view as
      the runtime knows it. *)
   let default_status t c =
-    Printf.sprintf {|{"group":%s,"me":%s,"view":%s,"members":[%s],"rank":%d,"blocked":%b}|}
-      (json_string t.group) (json_string t.me.eid)
-      (json_string (V.id c))
-      (String.concat "," (List.map json_string (Array.to_list (V.members c))))
-      (V.rank c) t.blocked
+    Group_status.default ~group:t.group ~me:t.me.eid ~vid:(V.id c) ~members:(V.members c)
+      ~rank:(V.rank c) ~blocked:t.blocked
 
   let my_status t c = Group_status.mine t.status ~default:(fun () -> default_status t c)
 
@@ -595,34 +385,33 @@ module Make (T : Transport.S) = struct
       m
 
   let recv t ~src v =
+    let cs = Iovec.cstruct v in
+    let magic = if Cstruct.length cs > 0 then Cstruct.get_uint8 cs 0 else -1 in
     if t.exited then Iovec.release v
-    else begin
-      let cs = Iovec.cstruct v in
-      if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = client_magic then begin
-        let s = Cstruct.to_string cs in
-        Iovec.release v;
-        match t.clients with
-        | Some f -> f ~src:(T.address_to_string src) s
-        | None -> t.counts.garbage <- t.counts.garbage + 1
-      end
-      else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Migrate.magic then begin
-        (match Codec.decode_exact Migrate.codec cs with
-        | Ok m -> on_migrate t ~src m
-        | Error e ->
-            Mv.garbage t.mv;
-            Log.debug (fun m -> m "%s: bad migration message: %a" t.me.eid Codec.pp_error e));
-        Iovec.release v
-      end
-      else if Cstruct.length cs > 0 && Cstruct.get_uint8 cs 0 = Side.magic then begin
-        (match Codec.decode_exact Side.codec cs with
-        | Ok side -> on_side t ~src side
-        | Error e ->
-            t.counts.garbage <- t.counts.garbage + 1;
-            Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
-        Iovec.release v
-      end
-      else match t.ep with Some ep -> Ep.Binding.recv ep v | None -> Iovec.release v
+    else if magic = client_magic then begin
+      let s = Cstruct.to_string cs in
+      Iovec.release v;
+      match t.clients with
+      | Some f -> f ~src:(T.address_to_string src) s
+      | None -> t.counts.garbage <- t.counts.garbage + 1
     end
+    else if magic = Migrate.magic then begin
+      (match Codec.decode_exact Migrate.codec cs with
+      | Ok m -> on_migrate t ~src m
+      | Error e ->
+          Mv.garbage t.mv;
+          Log.debug (fun m -> m "%s: bad migration message: %a" t.me.eid Codec.pp_error e));
+      Iovec.release v
+    end
+    else if magic = Side.magic then begin
+      (match Codec.decode_exact Side.codec cs with
+      | Ok side -> on_side t ~src side
+      | Error e ->
+          t.counts.garbage <- t.counts.garbage + 1;
+          Log.debug (fun m -> m "%s: bad side message: %a" t.me.eid Codec.pp_error e));
+      Iovec.release v
+    end
+    else match t.ep with Some ep -> Ep.Binding.recv ep v | None -> Iovec.release v
 
   (* {1 Periodic work} *)
 
@@ -644,29 +433,20 @@ module Make (T : Transport.S) = struct
           | None -> ());
           (* A switch asked for: the coordinator runs it (the view it makes
              next runs the new stack); another member asks the coordinator. *)
-          (match (Group_switch.wanted t.sw, current t) with
-          | Some (epoch, sid), Some (c, ep) when not t.exited ->
-              if is_coordinator t then begin
-                if
-                  (not t.blocked)
-                  && (not (Mb.merging t.mb))
-                  && (not (Mb.absorbing t.mb))
-                  && not (Mb.leaving t.mb)
-                then begin
-                  Group_switch.start t.sw ~vid:(V.id c) (epoch, sid);
-                  Ep.Binding.dn_ctl ep (Gmp.Start_flush "switch")
-                end
-              end
-              else if not t.blocked then
-                side_send t
-                  (V.addr c (V.coordinator_rank c))
-                  (Side.Switch_req
-                     {
-                       group = t.group;
-                       vid = V.id c;
-                       stack = { Side.epoch; id = Stack_id.to_string sid };
-                       dst = (V.members c).(V.coordinator_rank c);
-                     })
+          (match current t with
+          | Some (c, ep) when not t.exited -> (
+              let idle () = not (Mb.merging t.mb || Mb.absorbing t.mb || Mb.leaving t.mb) in
+              match
+                Group_switch.due t.sw ~vid:(V.id c) ~coordinator:(is_coordinator t) ~idle
+                  ~blocked:t.blocked
+              with
+              | Some `Flush -> Ep.Binding.dn_ctl ep (Gmp.Start_flush "switch")
+              | Some (`Ask stack) ->
+                  let r = V.coordinator_rank c in
+                  side_send t (V.addr c r)
+                    (Side.Switch_req
+                       { group = t.group; vid = V.id c; stack; dst = (V.members c).(r) })
+              | None -> ())
           | _ -> ());
           (* The view may have changed above: look at the current one. *)
           (match current t with Some ce when not t.exited -> step t ce Mb.Heard | _ -> ());
@@ -678,12 +458,7 @@ module Make (T : Transport.S) = struct
               ~send_moves:(fun () -> send_moves t)
               ~close_old:(fun () -> close_old t)
       | None -> ());
-      (* While a merge waits for an answer or a view waits for
-         acknowledgements, come back sooner: that is what a join waits on. *)
-      let period =
-        if Mb.hurry t.mb ~blocked:t.blocked then min t.timing.install_retry (Time.of_ms 10)
-        else min t.timing.heal_interval t.timing.install_retry
-      in
+      let period = Group_join.period t.timing ~hurry:(Mb.hurry t.mb ~blocked:t.blocked) in
       if not t.exited then t.tick <- Some (T.at t.tr (now t + period) (fun () -> tick t))
     end
 
@@ -712,139 +487,90 @@ module Make (T : Transport.S) = struct
     in
     let rng = Rng.create seed in
     let incarnation = Printf.sprintf "%08x" (Rng.int rng 0x3fffffff) in
-    let parse what s =
-      match T.address_of_string s with
-      | Ok a -> Ok a
-      | Error reason -> Error (Bad_address { what; addr = s; reason })
-    in
-    let rec all acc = function
-      | [] -> Ok (List.rev acc)
-      | p :: rest -> ( match parse "peer" p with Ok a -> all (a :: acc) rest | Error e -> Error e)
-    in
-    let discovery =
-      match discovery with
-      | None -> Ok None
-      | Some d -> Result.map Option.some (parse "discovery" d)
-    in
-    match (parse "member" addr, discovery, all [] peers) with
-    | Error e, _, _ | _, Error e, _ | _, _, Error e -> Error e
-    | Ok local, Ok discovery, Ok peers -> (
-        (* A group's stack must agree on views. *)
+    match Group_join.check ~parse:T.address_of_string ~params ~layers ~addr ~discovery ~peers with
+    | Error e -> Error e
+    | Ok (local, discovery, peers, primary_config) -> (
+        let self = ref None in
         match
-          Result.bind (Stack.check ~requires:[ Gmp.membership ] layers) (fun () ->
-              if List.exists (fun l -> Layer.name l = Primary.name) layers then
-                Result.map Option.some (Primary.config params)
-              else Ok None)
+          Oc.conn
+            ~size:(Params.int params Bundle.Param.size)
+            ~pool tr ~discovery local (handler self)
         with
-        | Error e -> Error (Bad_stack e)
-        | Ok primary_config -> (
-            let self = ref None in
-            match
-              B.open_with ~size:(Params.int params Bundle.Param.size) ~pool tr local (handler self)
-            with
-            | Error e -> Error (Cannot_open e)
-            | Ok conn -> (
-                match
-                  match discovery with
-                  | Some d -> B.control conn (B.Join_multicast d)
-                  | None -> Ok ()
-                with
-                | Error e ->
-                    B.close conn;
-                    Error (Cannot_join_discovery e)
-                | Ok () ->
-                    let info = B.query conn in
-                    let addr = T.address_to_string info.B.local in
-                    let max_message = max_message_of params layers info.B.mtu in
-                    let eid = addr ^ "#" ^ incarnation in
-                    let on_primary = primary in
-                    let xfer =
-                      if List.exists (fun l -> Layer.name l = Xfer.name) layers then
-                        Some
-                          (Xfer.create ?durable:durable_state ~params ~max_message ~me:eid
-                             {
-                               Xfer.take = take_state;
-                               install = install_state;
-                               deliver =
-                                 (fun kind ~origin s ->
-                                   match kind with
-                                   | `Cast -> cb.cast ~origin s
-                                   | `Send -> cb.send ~origin s);
-                             })
-                      else None
-                    in
-                    let sw =
-                      Group_switch.create ~me:eid ~params ~layers
-                        ~xfer:(List.exists (fun l -> Layer.name l = Xfer.name) layers)
-                    in
-                    let rekey_keys = rekey in
-                    let rekey = Group_rekey.create ~me:eid rekey_keys in
-                    let t =
-                      {
-                        tr;
-                        conn = Lazy.from_val conn;
-                        me =
-                          {
-                            Side.eid;
-                            addr;
-                            pub =
-                              (match rekey_keys with Some r -> r.Group_rekey.public | None -> "");
-                          };
-                        mv =
-                          Mv.create ~group ~me:eid
-                            ~drain:(Params.time params Param.migrate_drain)
-                            ~timeout:(Params.time params Param.migrate_timeout)
-                            ~retry:(Params.time params Param.install_retry);
-                        clients = None;
-                        group;
-                        layers;
-                        params;
-                        pool;
-                        rng;
-                        app = { cb; on_sent; on_lost; on_bytes };
-                        counts = Group_counters.create ();
-                        discovery;
-                        mb =
-                          Mb.create ~group ~rng ~peers ?discovery ~heal
-                            ~merge_timeout:(Params.time params Param.merge_timeout)
-                            ~install_retry:(Params.time params Param.install_retry)
-                            ~leave_timeout:(Params.time params Param.leave_timeout)
-                            ~current_stack:(fun () -> Group_switch.current sw)
-                            ~next_stack:(fun () -> Group_switch.next sw)
-                            ~wrap:(Group_rekey.wrap rekey) ~buildable:(Group_switch.buildable sw)
-                            ~unwrap:(Group_rekey.view_key rekey) ();
-                        ep = None;
-                        blocked = false;
-                        queue =
-                          Group_queue.create
-                            ~limit:(max 0 (Params.int params Param.queue))
-                            ~flow:cb.flow;
-                        max_message;
-                        status = Group_status.create ();
-                        pause =
-                          Group_pause.create ~merge_timeout:(Params.time params Param.merge_timeout);
-                        exited = false;
-                        xfer;
-                        sw;
-                        on_stack_error;
-                        evs = Group_evs.create transitional;
-                        quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
-                        told = [];
-                        tick = None;
-                        rekey;
-                        timing =
-                          {
-                            heal_interval = Params.time params Param.heal_interval;
-                            merge_timeout = Params.time params Param.merge_timeout;
-                            install_retry = Params.time params Param.install_retry;
-                          };
-                      }
-                    in
-                    self := Some t;
-                    List.iter Stack_id.register layers;
-                    install t ~vid:(Printf.sprintf "0:%s" t.me.eid) ~ltime:0 ~members:[ t.me ];
-                    tick t;
-                    Ok t)))
+        | Error (`Cannot_open e) -> Error (Cannot_open e)
+        | Error (`Cannot_join e) -> Error (Cannot_join_discovery e)
+        | Ok conn ->
+            let info = B.query conn in
+            let addr = T.address_to_string info.B.local in
+            let max_message = Group_join.max_message_of params layers info.B.mtu in
+            let eid = addr ^ "#" ^ incarnation in
+            let on_primary = primary in
+            let xfer =
+              Group_join.xfer ?durable:durable_state ~params ~layers ~max_message ~me:eid
+                ~take:take_state ~install:install_state cb
+            in
+            let sw =
+              Group_switch.create ~me:eid ~params ~layers
+                ~xfer:(Group_join.has_layer Xfer.name layers)
+            in
+            let rekey_keys = rekey in
+            let rekey = Group_rekey.create ~me:eid rekey_keys in
+            let t =
+              {
+                tr;
+                conn = Lazy.from_val conn;
+                me =
+                  {
+                    Side.eid;
+                    addr;
+                    pub = (match rekey_keys with Some r -> r.Group_rekey.public | None -> "");
+                  };
+                mv =
+                  Mv.create ~group ~me:eid
+                    ~drain:(Params.time params Param.migrate_drain)
+                    ~timeout:(Params.time params Param.migrate_timeout)
+                    ~retry:(Params.time params Param.install_retry);
+                clients = None;
+                group;
+                layers;
+                params;
+                pool;
+                rng;
+                app = { cb; on_sent; on_lost; on_bytes };
+                counts = Group_counters.create ();
+                discovery;
+                mb =
+                  Mb.create ~group ~rng ~peers ?discovery ~heal
+                    ~merge_timeout:(Params.time params Param.merge_timeout)
+                    ~install_retry:(Params.time params Param.install_retry)
+                    ~leave_timeout:(Params.time params Param.leave_timeout)
+                    ~current_stack:(fun () -> Group_switch.current sw)
+                    ~next_stack:(fun () -> Group_switch.next sw)
+                    ~wrap:(Group_rekey.wrap rekey) ~buildable:(Group_switch.buildable sw)
+                    ~unwrap:(Group_rekey.view_key rekey) ();
+                ep = None;
+                blocked = false;
+                queue =
+                  Group_queue.create ~limit:(max 0 (Params.int params Param.queue)) ~flow:cb.flow;
+                max_message;
+                status = Group_status.create ();
+                pause = Group_pause.create ~merge_timeout:(Params.time params Param.merge_timeout);
+                exited = false;
+                xfer;
+                sw;
+                on_stack_error;
+                evs = Group_evs.create transitional;
+                quorum = Group_primary.create ~me:eid ~config:primary_config ~on_primary;
+                told = [];
+                tick = None;
+                rekey;
+                timing = Group_join.timing params;
+              }
+            in
+            self := Some t;
+            List.iter Stack_id.register layers;
+            install t ~vid:(Printf.sprintf "0:%s" t.me.eid) ~ltime:0 ~members:[ t.me ];
+            tick t;
+            Ok t)
 
   (* Whether the application may hand over a message of [size] bytes
      now ({!Group_queue.admit}). *)
@@ -910,8 +636,7 @@ module Make (T : Transport.S) = struct
       match Stack.check ~requires:[ Gmp.membership ] layers with
       | Error e -> Error (Not_a_stack e)
       | Ok () ->
-          if List.exists (fun l -> Layer.name l = Xfer.name) layers <> (t.xfer <> None) then
-            Error Changes_xfer
+          if Group_join.has_layer Xfer.name layers <> (t.xfer <> None) then Error Changes_xfer
           else begin
             List.iter Stack_id.register layers;
             let params =
@@ -928,33 +653,21 @@ module Make (T : Transport.S) = struct
       | Error reason -> Error (Bad_new_address { addr; reason })
       | Ok a -> (
           match
-            B.open_with
+            Oc.conn
               ~size:(Params.int t.params Bundle.Param.size)
-              ~pool:t.pool t.tr a
+              ~pool:t.pool t.tr ~discovery:t.discovery a
               (handler (ref (Some t)))
           with
-          | Error e -> Error (Cannot_move e)
-          | Ok nc -> (
-              match
-                match t.discovery with Some d -> B.control nc (B.Join_multicast d) | None -> Ok ()
-              with
-              | Error e ->
-                  B.close nc;
-                  Error (Cannot_move e)
-              | Ok () ->
-                  let old = conn t in
-                  let local = (B.query nc).B.local in
-                  t.conn <- Lazy.from_val nc;
-                  t.me <- { t.me with addr = T.address_to_string local };
-                  Mv.moved t.mv ~now:(now t) ~old ~local ~members:(Option.map V.members (cur t));
-                  (match current t with
-                  | Some (c, ep) ->
-                      Ep.Binding.set_conn ep nc;
-                      Ep.Binding.set_addr ep (V.rank c) local;
-                      send_moves t;
-                      close_old t
-                  | None -> ());
-                  Ok ()))
+          | Error (`Cannot_open e | `Cannot_join e) -> Error (Cannot_move e)
+          | Ok nc ->
+              let old = conn t in
+              let local = (B.query nc).B.local in
+              t.conn <- Lazy.from_val nc;
+              t.me <- { t.me with addr = T.address_to_string local };
+              Mv.moved t.mv ~now:(now t) ~old ~local ~members:(Option.map V.members (cur t));
+              rebind t nc local;
+              if Option.is_some (current t) then close_old t;
+              Ok ())
 
   let address t = t.me.addr
   let set_client_handler t f = t.clients <- Some f
@@ -968,24 +681,16 @@ module Make (T : Transport.S) = struct
         match Group_status.refusal t.status with
         | Some e -> k (Error e)
         | None ->
-            let vid = V.id c and members = Array.copy (V.members c) in
+            let vid = V.id c in
             let nonce = Printf.sprintf "%016Lx" (Rng.bits64 t.rng) in
-            let q =
-              Group_status.start t.status ~nonce ~vid ~members
-                ~me:(t.me.eid, my_status t c)
-                ~timeout k
-            in
-            let finish () = Group_status.finish t.status ~cancel:T.cancel q in
-            if Group_status.waiting q = [] then finish ()
-            else begin
-              Group_status.set_timer q (T.at t.tr (now t + timeout) finish);
-              Array.iteri
-                (fun r id ->
-                  if id <> t.me.eid then
-                    side_send t (V.addr c r)
-                      (Side.Status_req { group = t.group; vid; nonce; eid = t.me.eid; dst = id }))
-                members
-            end)
+            Group_status.ask t.status ~nonce ~vid ~members:(V.members c)
+              ~me:(t.me.eid, my_status t c)
+              ~timeout ~cancel:T.cancel
+              ~at:(fun finish -> T.at t.tr (now t + timeout) finish)
+              ~ask:(fun r id ->
+                side_send t (V.addr c r)
+                  (Side.Status_req { group = t.group; vid; nonce; eid = t.me.eid; dst = id }))
+              k)
 
   let send_client t ~dst s =
     if (not t.exited) && String.length s > 0 && Char.code s.[0] = client_magic then
@@ -1039,20 +744,12 @@ module Make (T : Transport.S) = struct
       | Some ep when not t.exited -> Group_counters.of_stack (Ep.Binding.stack ep)
       | _ -> []
     in
-    ( "group",
-      [
-        ("views", t.counts.views);
-        ("side_garbage", t.counts.garbage + Mb.garbage t.mb);
-        ("side_misdirected", t.counts.side_misdirected);
-        ("refused", Group_queue.refused t.queue);
-        ("dropped_sends", t.counts.dropped_sends);
-        ("send_errors", t.counts.send_errors);
-        ("no_view_key", Group_rekey.no_key t.rekey);
-      ]
-      @ Mv.counters t.mv
-      @ [ ("sent", t.counts.sent); ("delivered", t.counts.delivered) ] )
-    :: ("bundle", Bundle.counters (B.stats (conn t)))
-    :: Group_counters.with_past t.counts cur
+    Group_counters.report t.counts
+      ~garbage:(t.counts.garbage + Mb.garbage t.mb)
+      ~refused:(Group_queue.refused t.queue) ~no_view_key:(Group_rekey.no_key t.rekey)
+      ~migration:(Mv.counters t.mv)
+      ~bundle:(Bundle.counters (B.stats (conn t)))
+      cur
 
   let needs_state t = match t.xfer with Some x -> Xfer.needs_state x | None -> false
 

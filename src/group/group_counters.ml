@@ -66,3 +66,18 @@ let of_stack st =
       (("on", Bool.to_int (Consort.Stack.fused st)) :: Consort.Stack.fused_counters st)
   in
   Consort.Stack.counters st @ [ ("fused", fused) ]
+
+let report t ~garbage ~refused ~no_view_key ~migration ~bundle cur =
+  ( "group",
+    [
+      ("views", t.views);
+      ("side_garbage", garbage);
+      ("side_misdirected", t.side_misdirected);
+      ("refused", refused);
+      ("dropped_sends", t.dropped_sends);
+      ("send_errors", t.send_errors);
+      ("no_view_key", no_view_key);
+    ]
+    @ migration
+    @ [ ("sent", t.sent); ("delivered", t.delivered) ] )
+  :: ("bundle", bundle) :: with_past t cur

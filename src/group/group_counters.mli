@@ -34,3 +34,17 @@ val with_past : t -> (string * (string * int) list) list -> (string * (string * 
 val of_stack : Consort.Stack.t -> (string * (string * int) list) list
 (** A stack's counters, then its fused path's ([fused]: [on] and each counter, spaces in names as
     underscores). *)
+
+val report :
+  t ->
+  garbage:int ->
+  refused:int ->
+  no_view_key:int ->
+  migration:(string * int) list ->
+  bundle:(string * int) list ->
+  (string * (string * int) list) list ->
+  (string * (string * int) list) list
+(** The runtime's counters as [Group.counters] reports them: ["group"] (views, side messages refused
+    ([garbage], the kernel's included) and misdirected, [refused] by admission, dropped sends, send
+    errors, Installs without a key, [migration]'s, sent, delivered), ["bundle"], then the current
+    stack's [cur] with the earlier views' ({!with_past}). *)

@@ -33,3 +33,24 @@ let bytes ~pool ~(counts : Group_counters.t) msg k =
   end;
   piece.buf <- no_buffer;
   Msg.release msg
+
+let string ~(counts : Group_counters.t) ~(cb : Group_types.callbacks) ~xfer ~is_current cell
+    (src : Event.src) msg =
+  let s = Msg.body_string msg in
+  Msg.release msg;
+  counts.copies <- counts.copies + 1;
+  counts.copied_bytes <- counts.copied_bytes + String.length s;
+  match cell with
+  | Some c when not (is_current c) -> ()
+  | Some c -> (
+      (match src with
+      | Event.Cast_from _ | Event.Send_from _ -> counts.delivered <- counts.delivered + 1
+      | Event.Raw -> ());
+      let origin r = (Group_view.members c).(r) in
+      match (src, xfer) with
+      | Event.Cast_from r, None -> cb.cast ~origin:(origin r) s
+      | Event.Send_from r, None -> cb.send ~origin:(origin r) s
+      | Event.Cast_from r, Some x -> Xfer.on_app x ~vid:(Group_view.id c) `Cast ~origin:(origin r) s
+      | Event.Send_from r, Some x -> Xfer.on_app x ~vid:(Group_view.id c) `Send ~origin:(origin r) s
+      | Event.Raw, _ -> ())
+  | None -> ()

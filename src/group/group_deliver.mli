@@ -7,3 +7,16 @@ val bytes :
     in one piece (or empty), else flattened once into a slice of [pool] (counted in [counts]'s
     copies), released after [k] returns or raises; [msg] is released after. The view is valid only
     during [k]. *)
+
+val string :
+  counts:Group_counters.t ->
+  cb:Group_types.callbacks ->
+  xfer:Xfer.t option ->
+  is_current:('a Group_view.t -> bool) ->
+  'a Group_view.t option ->
+  Consort.Event.src ->
+  Consort.Msg.t ->
+  unit
+(** A message of view [c]'s stack delivered as a string (copied once, counted, [msg] released): to
+    the application's callbacks, or through state transfer ([xfer]) when the stack has it; nothing
+    once [c] is no longer current. *)

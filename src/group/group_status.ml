@@ -112,3 +112,19 @@ let answer t ~cancel ~vid ~nonce ~eid status =
       q.answers <- (eid, status) :: q.answers;
       if q.waiting = [] then finish t ~cancel q;
       true
+
+let ask t ~nonce ~vid ~members ~me ~timeout ~cancel ~at ~ask k =
+  let members = Array.copy members in
+  let q = start t ~nonce ~vid ~members ~me ~timeout k in
+  let finish () = finish t ~cancel q in
+  if waiting q = [] then finish ()
+  else begin
+    set_timer q (at finish);
+    Array.iteri (fun r id -> if id <> fst me then ask r id) members
+  end
+
+let default ~group ~me ~vid ~members ~rank ~blocked =
+  Printf.sprintf {|{"group":%s,"me":%s,"view":%s,"members":[%s],"rank":%d,"blocked":%b}|}
+    (json_string group) (json_string me) (json_string vid)
+    (String.concat "," (List.map json_string (Array.to_list members)))
+    rank blocked

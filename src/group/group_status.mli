@@ -59,3 +59,30 @@ val answer :
   'timer t -> cancel:('timer -> unit) -> vid:string -> nonce:string -> eid:string -> string -> bool
 (** An answer of member [eid] to the query under [nonce] in view [vid]: [false] when no query waits
     for it (the runtime counts it as garbage). The query finishes with its last answer. *)
+
+val ask :
+  'timer t ->
+  nonce:string ->
+  vid:string ->
+  members:string array ->
+  me:string * string ->
+  timeout:Consort.Time.t ->
+  cancel:('timer -> unit) ->
+  at:((unit -> unit) -> 'timer) ->
+  ask:(int -> string -> unit) ->
+  (outcome -> unit) ->
+  unit
+(** A query ({!start}) of the members of view [vid] (by rank), this member ([fst me]) answered
+    already: finished at once if no other member is in the view, else its timeout armed
+    ([at finish]) and [ask rank eid] called for each other member, in rank order. *)
+
+val default :
+  group:string ->
+  me:string ->
+  vid:string ->
+  members:string array ->
+  rank:int ->
+  blocked:bool ->
+  string
+(** What a member whose application reports nothing answers: the view as the runtime knows it, a
+    JSON document ([group], [me], [view], [members], [rank], [blocked]). *)

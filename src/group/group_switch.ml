@@ -139,3 +139,14 @@ let wanted t =
 let start t ~vid (epoch, sid) =
   Log.info (fun m -> m "%s: switching view %s to stack %s" t.me vid (Stack_id.describe sid));
   t.switch_to <- Some (epoch, sid)
+
+let due t ~vid ~coordinator ~idle ~blocked =
+  match wanted t with
+  | Some (epoch, sid) when coordinator ->
+      if (not blocked) && idle () then begin
+        start t ~vid (epoch, sid);
+        Some `Flush
+      end
+      else None
+  | Some (epoch, sid) when not blocked -> Some (`Ask { Side.epoch; id = Stack_id.to_string sid })
+  | _ -> None

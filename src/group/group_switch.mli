@@ -58,3 +58,15 @@ val wanted : t -> (int * Stack_id.t) option
 
 val start : t -> vid:string -> int * Stack_id.t -> unit
 (** This coordinator starts the switch of view [vid]: the view it makes next runs the stack. *)
+
+val due :
+  t ->
+  vid:string ->
+  coordinator:bool ->
+  idle:(unit -> bool) ->
+  blocked:bool ->
+  [ `Flush | `Ask of Side.stack ] option
+(** The periodic work's step of a switch wanted ({!wanted}) in view [vid]: the coordinator, its view
+    not blocked and [idle ()] (no merge, absorb or leave under way), starts it ({!start}) and
+    flushes its view ([`Flush]); another member, its view not blocked, asks the coordinator
+    ([`Ask stack]). *)

@@ -71,7 +71,102 @@ let () =
     | Track_stability -> Some (fun ppf -> Fmt.string ppf "track-stability")
     | _ -> None)
 
-module L = struct
+(* The layer: its state and what the fused path (F) and the tree (Tree) use; the repair protocol's
+   helpers stay inside. *)
+module L : sig
+  type header =
+    | No_hdr
+    | Data of { seq : int }
+    | Retrans of { origin : int; seq : int }
+    | Nak of { origin : int; ranges : (int * int) list }
+    | Status of { busy : bool; vector : int array }
+    | Report of { busy : bool; cover : string; low : int array; high : int array; who : int array }
+    | Stability of { busy : bool; stable : int array; high : int array; who : int array }
+
+  val name : string
+  val codec : header Consort.Codec.t
+  val pp_header : Format.formatter -> header -> unit
+  val provides : Consort.Contract.t list
+  val requires : Consort.Contract.t list
+
+  type t = {
+    out : header Consort.Layer.out;
+    now : unit -> Consort.Time.t;
+    rng : Consort.Rng.t;
+    rank : int;
+    n : int;
+    window : int;
+    status_interval : Consort.Time.t;
+    nak_delay : Consort.Time.t;
+    nak_retry : Consort.Time.t;
+    mutable next : int;
+    held : Msgring.t array;
+    released : int array;
+    expected : int array;
+    highest : int array;
+    seen : int array;
+    early_bytes : int array;
+    max_early : int;
+    known : int array array;
+    suspected : bool array;
+    floor : int array;
+    answered : Consort.Time.t array array;
+    nak_at : Consort.Time.t array;
+    mutable status_at : Consort.Time.t;
+    due : Consort.Deadlines.t;
+    due_now : int array;
+    mutable requested : bool;
+    mutable nheld : int;
+    mutable stopped : bool;
+    mutable naks_sent : int;
+    mutable retransmissions : int;
+    mutable duplicates : int;
+    mutable out_of_order : int;
+    mutable beyond_window : int;
+    mutable stable_released : int;
+    mutable status_sent : int;
+    mutable malformed : int;
+    mutable impossible : int;
+    mutable naks_ignored : int;
+    mutable track : bool;
+    mutable frozen : int array option;
+    told : int array;
+    mutable local : Consort.Msg.t;
+    self : Consort.Event.src;
+    tree : bool;
+    fanout : int;
+    mutable live : int array;
+    pos : int array;
+    kids : (int, kid) Hashtbl.t;
+    gstable : int array;
+    gmax : int array;
+    gwho : int array;
+    mutable reports_sent : int;
+    mutable stability_sent : int;
+  }
+
+  and kid = {
+    k_busy : bool;
+    k_cover : string;
+    k_low : int array;
+    k_high : int array;
+    k_who : int array;
+  }
+
+  val create_mode : tree:bool -> Consort.Layer.ctx -> header Consort.Layer.out -> t
+  val create : Consort.Layer.ctx -> header Consort.Layer.out -> t
+  val keep_head : t -> int -> int -> Bytes.t -> Consort.Msg.t -> unit
+  val release_stable : t -> int -> unit
+  val tell_stable : ?force:bool -> t -> unit
+  val kick_status : t -> unit
+  val drain : t -> int -> unit
+  val dn : t -> Consort.Event.dst -> Consort.Msg.t -> unit
+  val up : t -> Consort.Event.src -> header -> Consort.Msg.t -> unit
+  val up_ctl : t -> Consort.Event.up_ctl -> unit
+  val dn_ctl : t -> Consort.Event.dn_ctl -> unit
+  val timer : t -> Consort.Time.t -> unit
+  val counters : t -> (string * int) list
+end = struct
   type header =
     | No_hdr
     | Data of { seq : int }

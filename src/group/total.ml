@@ -57,7 +57,19 @@ let order_runs = 2
    {!Msgring} numbered from [head] to [tail]: holding one that is a
    slice of a received segment allocates nothing, and the collector
    has nothing of it to promote but the segment. *)
-module Pend = struct
+module Pend : sig
+  type t = { ring : Msgring.t; mutable head : int; mutable tail : int }
+
+  val create : unit -> t
+  val is_empty : t -> bool
+  val length : t -> int
+  val add : Consort.Msg.t -> t -> unit
+  val add_head : Bytes.t -> Consort.Msg.t -> t -> int
+  val pop : t -> Consort.Msg.t
+  val take_opt : t -> Consort.Msg.t option
+  val clear : t -> unit
+  val strings : t -> string list
+end = struct
   type t = { ring : Msgring.t; mutable head : int; mutable tail : int }
 
   let create () = { ring = Msgring.create (); head = 0; tail = 0 }
@@ -91,7 +103,85 @@ module Pend = struct
   let strings q = List.rev (Msgring.fold (fun _ s acc -> s :: acc) q.ring [])
 end
 
-module L = struct
+(* The layer: its state and what the fused path (F) uses; the ordering protocols' helpers stay
+   inside. *)
+module L : sig
+  type header =
+    | Pass
+    | Data
+    | Order of (int * int) list
+    | Stamped of int
+    | Token of { next : int; idle : int }
+    | Want
+    | Placed of int
+
+  val name : string
+  val codec : header Consort.Codec.t
+  val pp_header : Format.formatter -> header -> unit
+  val provides : Consort.Contract.t list
+  val requires : Consort.Contract.t list
+
+  type run = { origin : int; mutable left : int }
+
+  type t = {
+    out : header Consort.Layer.out;
+    now : unit -> Consort.Time.t;
+    proto : protocol;
+    n : int;
+    me : int;
+    pending : Pend.t array;
+    runs : run Queue.t;
+    unsent : int array;
+    unsent_order : int array;
+    mutable unsent_n : int;
+    mutable armed : bool;
+    mutable places : int;
+    mutable known : int;
+    stamped : (int, int * Consort.Msg.t) Hashtbl.t;
+    mutable next_deliver : int;
+    mutable holding : (int * int) option;
+    outq : Consort.Msg.t Queue.t;
+    mutable outq_bytes : int;
+    queue_limit : int;
+    burst : int;
+    wants : bool array;
+    mutable want_sent : bool;
+    mutable blocked : bool;
+    mutable synced : bool;
+    mutable flow_below : bool;
+    mutable flow_told : bool;
+    mutable stopped : bool;
+    mutable ordered : int;
+    mutable at_flush : int;
+    mutable skipped : int;
+    mutable orders_sent : int;
+    mutable tokens_passed : int;
+    mutable nonsense : int;
+    held_limit : int;
+    mutable held_bytes : int;
+    mutable held_peak : int;
+    mutable holding_credit : bool;
+    mutable credit_held : int;
+  }
+
+  val create : Consort.Layer.ctx -> header Consort.Layer.out -> t
+  val valid : t -> int -> bool
+  val sequencer : int
+  val check_held : t -> unit
+  val seq_deliver : t -> unit
+  val note_unsent : t -> int -> unit
+  val in_turn : t -> int -> bool
+  val take_turn : t -> unit
+  val tok_deliver : t -> unit
+  val stamp_queue : t -> int -> int -> int * int
+  val pass_on : t -> int -> int -> int -> unit
+  val up : t -> Consort.Event.src -> header -> Consort.Msg.t -> unit
+  val dn : t -> Consort.Event.dst -> Consort.Msg.t -> unit
+  val up_ctl : t -> Consort.Event.up_ctl -> unit
+  val dn_ctl : t -> Consort.Event.dn_ctl -> unit
+  val timer : t -> 'a -> unit
+  val counters : t -> (string * int) list
+end = struct
   type header =
     | Pass  (** a send: not ordered *)
     | Data  (** a cast without its place: ordered by the sequencer, or at the end of the view *)
