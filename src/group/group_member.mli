@@ -79,7 +79,7 @@ module Make (T : Consort.Transport.S) : sig
 
   val conn : t -> B.connection
 
-  (** {2 The current view ({!Group_view}, held by the kernel) and its stack} *)
+  (** {2 The current view (a [Group_view.t], held by the kernel) and its stack} *)
 
   val cur : t -> T.address V.t option
   val current : t -> (T.address V.t * Ep.Binding.t) option

@@ -131,7 +131,7 @@ module Make (A : ADDRESS) : sig
   (** The members of a view installed (but [me]) are known. *)
 
   val remember : t -> Side.member -> unit
-  (** A member heard of outside the view, up to {!max_known}. *)
+  (** A member heard of outside the view, up to {!Membership.max_known}. *)
 
   val moved : t -> eid:string -> A.t -> unit
   (** Member [eid] moved to this address: known there, and a view waiting for its acknowledgement is
