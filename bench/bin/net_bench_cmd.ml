@@ -40,25 +40,11 @@ let tcp_impair impair bytes seconds mtu buffer kernel_cc consort_cc save =
           match save with
           | None -> 0
           | Some dir -> (
-              let tm = Unix.gmtime (Unix.time ()) in
-              let f =
-                Filename.concat dir
-                  (Printf.sprintf "tcp-impair-%04d%02d%02d-%02d%02d%02d.json"
-                     (tm.Unix.tm_year + 1900) (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min
-                     tm.tm_sec)
-              in
-              match
-                let oc = open_out f in
-                Fun.protect
-                  ~finally:(fun () -> close_out_noerr oc)
-                  (fun () ->
-                    output_string oc (line ^ "\n");
-                    close_out oc)
-              with
-              | () ->
+              match Consort_cli.save_result ~dir ~name:"tcp-impair" line with
+              | Ok f ->
                   Fmt.pr "  kept in %s@." f;
                   0
-              | exception Sys_error m ->
+              | Error m ->
                   Fmt.epr "consort bench tcp: --save %s: %s@." dir m;
                   2)))
 

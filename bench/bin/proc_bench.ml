@@ -373,19 +373,11 @@ let bench_proc rounds json save =
                             match save with
                             | None -> 0
                             | Some d -> (
-                                let tm = Unix.gmtime (Unix.time ()) in
-                                let f =
-                                  d
-                                  / Printf.sprintf "proc-%04d%02d%02d-%02d%02d%02d.json"
-                                      (tm.Unix.tm_year + 1900) (tm.tm_mon + 1) tm.tm_mday tm.tm_hour
-                                      tm.tm_min tm.tm_sec
-                                in
-                                match Consort_local.write_file f (line ^ "\n") with
-                                | () ->
+                                match Consort_cli.save_result ~dir:d ~name:"proc" line with
+                                | Ok f ->
                                     Fmt.pr "  kept in %s@." f;
                                     0
-                                | exception (Sys_error m | Unix.Unix_error (_, m, _)) ->
-                                    refused "bench proc: --save %s: %s" d m))))))
+                                | Error m -> refused "bench proc: --save %s: %s" d m))))))
 
 let bench =
   let rounds =

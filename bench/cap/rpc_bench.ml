@@ -773,24 +773,11 @@ let cmd =
               match save with
               | None -> 0
               | Some d -> (
-                  let tm = Unix.gmtime (Unix.time ()) in
-                  let f =
-                    Filename.concat d
-                      (Printf.sprintf "rpc-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
-                         (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec)
-                  in
-                  match
-                    let oc = open_out f in
-                    Fun.protect
-                      ~finally:(fun () -> close_out_noerr oc)
-                      (fun () ->
-                        output_string oc (line ^ "\n");
-                        close_out oc)
-                  with
-                  | () ->
+                  match Consort_cli.save_result ~dir:d ~name:"rpc" line with
+                  | Ok f ->
                       Fmt.pr "kept in %s@." f;
                       0
-                  | exception Sys_error m ->
+                  | Error m ->
                       Fmt.epr "consort bench rpc: --save %s: %s@." d m;
                       2)))
   in

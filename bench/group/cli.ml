@@ -442,24 +442,11 @@ let membership binaries rounds size sizes params json save =
       let code = report "membership" Membership.pp_table Membership.to_json json r in
       match (r, save) with
       | Ok r, Some d -> (
-          let tm = Unix.gmtime (Unix.time ()) in
-          let f =
-            Filename.concat d
-              (Printf.sprintf "membership-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
-                 (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec)
-          in
-          match
-            let oc = open_out f in
-            Fun.protect
-              ~finally:(fun () -> close_out_noerr oc)
-              (fun () ->
-                output_string oc (Membership.to_json r ^ "\n");
-                close_out oc)
-          with
-          | () ->
+          match Consort_cli.save_result ~dir:d ~name:"membership" (Membership.to_json r) with
+          | Ok f ->
               Fmt.pr "kept in %s@." f;
               code
-          | exception Sys_error m -> Consort_cli.fail "bench membership" "--save %s: %s" d m)
+          | Error m -> Consort_cli.fail "bench membership" "--save %s: %s" d m)
       | _ -> code)
 
 let membership_cmd =

@@ -784,24 +784,11 @@ and run_ clients_list seconds warmup no_etcd save json =
         match save with
         | None -> true
         | Some d -> (
-            let tm = Unix.gmtime (Unix.time ()) in
-            let f =
-              d
-              / Printf.sprintf "kv-%04d%02d%02d-%02d%02d%02d.json" (tm.Unix.tm_year + 1900)
-                  (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec
-            in
-            match
-              let oc = open_out f in
-              Fun.protect
-                ~finally:(fun () -> close_out_noerr oc)
-                (fun () ->
-                  output_string oc (Yojson.Safe.pretty_to_string j ^ "\n");
-                  close_out oc)
-            with
-            | () ->
+            match Consort_cli.save_result ~dir:d ~name:"kv" (Yojson.Safe.pretty_to_string j) with
+            | Ok f ->
                 Fmt.pr "kept in %s@." f;
                 true
-            | exception Sys_error m ->
+            | Error m ->
                 Fmt.epr "consort bench kv: --save %s: %s@." d m;
                 false)
       in

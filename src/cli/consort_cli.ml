@@ -131,6 +131,24 @@ let unwritable_dir d =
       | exception Unix.Unix_error (e, _, _) -> Some (Unix.error_message e))
   | _ -> Some "not a directory"
 
+let save_result ~dir ~name text =
+  let tm = Unix.gmtime (Unix.time ()) in
+  let f =
+    Filename.concat dir
+      (Printf.sprintf "%s-%04d%02d%02d-%02d%02d%02d.json" name (tm.Unix.tm_year + 1900)
+         (tm.tm_mon + 1) tm.tm_mday tm.tm_hour tm.tm_min tm.tm_sec)
+  in
+  match
+    let oc = open_out f in
+    Fun.protect
+      ~finally:(fun () -> close_out_noerr oc)
+      (fun () ->
+        output_string oc (text ^ "\n");
+        close_out oc)
+  with
+  | () -> Ok f
+  | exception Sys_error m -> Error m
+
 (* Errors of the system a command runs on, not of Consort: a file, a
    directory, a descriptor, the disk, the network or the local users. *)
 let environment_error = function

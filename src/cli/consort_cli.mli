@@ -78,6 +78,12 @@ val unwritable_dir : string -> string option
     or not writable and searchable by this process), if they cannot: what a [--save DIR] is checked
     with before a benchmark runs. *)
 
+val save_result : dir:string -> name:string -> string -> (string, string) result
+(** [save_result ~dir ~name text] writes [text] and a newline to [dir/name-YYYYMMDD-HHMMSS.json]
+    (the time in UTC) and is that file's path, or why it could not be written (a directory gone
+    since {!unwritable_dir} checked it, a full disk): what a benchmark's [--save DIR] does at the
+    end of its run. *)
+
 val main : Cmdliner.Cmd.Exit.code Cmdliner.Cmd.t -> 'a
 (** Runs a command line and exits with its status. Closed standard streams are taken by /dev/null
     first (see above); a closed standard output refuses the command. An error of the system that
