@@ -304,6 +304,30 @@ let waits_by_reading () =
   Udp.close c;
   Unix.close s
 
+(* The kernel keeps a socket's receive timeout in whole clock ticks (a
+   request of 500 us is one tick: 4 ms at 250 Hz) and a read may wait up
+   to one more, so a loop waits by reading only when its next deadline is
+   at least two of the socket's ticks away. On an idle socket, each of 20
+   timers due in 1.5 ms (less than two ticks at any tick rate up to
+   1000 Hz) is waited for in the kernel, with the timer descriptor: 20
+   kernel waits; a read that waited for one would have held the loop up
+   to a tick or two past it. *)
+let near_deadline_waits_in_kernel () =
+  let loop = Loop.create () in
+  let c, _ = open_rx loop in
+  let n = 20 in
+  let k0 = Loop.kernel_waits loop in
+  for _ = 1 to n do
+    let t0 = Loop.now loop in
+    let fired = ref 0 in
+    ignore (Loop.after loop (Time.of_us 1500) (fun () -> fired := Loop.now loop));
+    Loop.run loop ~until:(fun () -> !fired > 0) ~timeout:(Time.of_sec 10.);
+    Alcotest.(check bool) "fired" true (!fired > 0);
+    Alcotest.(check bool) "not early" true (!fired - t0 >= Time.of_us 1500)
+  done;
+  Alcotest.(check int) "waits in the kernel" n (Loop.kernel_waits loop - k0);
+  Udp.close c
+
 (* Spinning (Loop.set_spin) serves what comes while it polls at once, and
    delays no timer: with 300 ms of spin, a timer due in 20 ms fires then,
    and bytes another process writes 30 ms later are read then, not when
@@ -1096,6 +1120,8 @@ let () =
           Alcotest.test_case "kernel timer armed once" `Quick timer_armed_once;
           Alcotest.test_case "reads before waiting" `Quick reads_before_waiting;
           Alcotest.test_case "waits by reading its one socket" `Quick waits_by_reading;
+          Alcotest.test_case "a near deadline is waited for in the kernel" `Quick
+            near_deadline_waits_in_kernel;
           Alcotest.test_case "spinning before a wait" `Quick spin_polls;
           Alcotest.test_case "descriptors closed or unwatchable" `Quick closed_without_unwatch;
           Alcotest.test_case "raising callbacks" `Quick raising_callbacks;
