@@ -418,6 +418,10 @@ let open_with ?(pool = Pool.default) loop addr f =
            call on [fd] says MSG_DONTWAIT. *)
         Unix.clear_nonblock fd;
         Unix.setsockopt_float fd Unix.SO_RCVTIMEO (Time.to_sec Loop.wait_quantum);
+        (* The kernel keeps the timeout in whole clock ticks (500 us is one
+           tick: 4 ms at 250 Hz) and reports what it kept; a read may wait
+           up to one tick more. *)
+        let within = 2 * Time.of_sec (Unix.getsockopt_float fd Unix.SO_RCVTIMEO) in
         let rcvbuf = set_buffer fd true in
         let sndbuf = set_buffer fd false in
         (try c_count_overflow fd with Unix.Unix_error _ -> ());
@@ -427,7 +431,7 @@ let open_with ?(pool = Pool.default) loop addr f =
           | Unix.ADDR_INET (a, p) -> make_address (ip_of_inet_addr a) p
           | Unix.ADDR_UNIX _ -> addr
         in
-        (local, rcvbuf, sndbuf)
+        (local, rcvbuf, sndbuf, within)
       in
       match setup () with
       | exception Unix.Unix_error (e, fn, _) ->
@@ -437,7 +441,7 @@ let open_with ?(pool = Pool.default) loop addr f =
             | Unix.EADDRINUSE -> `Address_in_use name
             | Unix.EADDRNOTAVAIL | Unix.EINVAL | Unix.EAFNOSUPPORT -> `Bad_address name
             | e -> system e fn)
-      | local, rcvbuf, sndbuf ->
+      | local, rcvbuf, sndbuf, within ->
           let c =
             {
               loop;
@@ -457,7 +461,7 @@ let open_with ?(pool = Pool.default) loop addr f =
           in
           c.handler <- f c;
           let on_readable, try_read, wait_read = reader c ~group:false fd in
-          Loop.watch ~try_read ~wait_read loop fd on_readable;
+          Loop.watch ~try_read ~wait_read ~wait_within:within loop fd on_readable;
           Log.debug (fun m -> m "opened %a" pp_address local);
           Ok c)
 
