@@ -577,6 +577,48 @@ let receive_allocates_little () =
   Fmt.pr "%.1f minor words a datagram received@." words;
   if words > 40.5 then Alcotest.failf "%.1f minor words a datagram received (at most 40)" words
 
+(* Lone datagrams, one at a time as in a round trip, are read by calls
+   that ask for one and are followed by no other call: 100 datagrams, 100
+   recvmmsg calls, at least 75 of them for one (after a lone datagram, 4
+   calls ask for one, then one asks for 4 again). Then a burst of 1000 is
+   still read in batches: at most 30 calls (a call for one that got one
+   every 5 calls at most, then 4, 8, ... 64 a call). *)
+let lone_then_burst () =
+  with_pool @@ fun pool ->
+  let loop = Loop.create () in
+  let got = ref 0 in
+  let c = open_counting ~pool loop got in
+  let s, dst = plain_sender c in
+  let send () = ignore (Unix.sendto_substring s "0123456789abcdef" 0 16 [] dst) in
+  let one () =
+    got := 0;
+    send ();
+    if not (wait loop (fun () -> !got > 0)) then Alcotest.fail "not received";
+    if !got <> 1 then Alcotest.failf "%d datagrams received" !got
+  in
+  for _ = 1 to 10 do
+    one ()
+  done;
+  let calls0 = Udp.receive_calls () and single0 = Udp.single_receive_calls () in
+  for _ = 1 to 100 do
+    one ()
+  done;
+  Alcotest.(check int) "one call a datagram" 100 (Udp.receive_calls () - calls0);
+  let single = Udp.single_receive_calls () - single0 in
+  if single < 75 then Alcotest.failf "%d of 100 calls asked for one datagram (at least 75)" single;
+  got := 0;
+  let n = 1000 in
+  for _ = 1 to n do
+    send ()
+  done;
+  let calls0 = Udp.receive_calls () in
+  if not (wait loop (fun () -> !got = n)) then Alcotest.failf "%d of %d received" !got n;
+  let calls = Udp.receive_calls () - calls0 in
+  if calls > 30 then Alcotest.failf "%d recvmmsg calls for a burst of %d" calls n;
+  Alcotest.(check int) "none dropped" 0 (Udp.query c).dropped;
+  Udp.close c;
+  Unix.close s
+
 let exchange () =
   with_pool @@ fun pool ->
   let loop = Loop.create () in
@@ -1138,6 +1180,7 @@ let () =
           Alcotest.test_case "batch receive of 1000" `Quick batch_receive;
           Alcotest.test_case "sends allocate little" `Quick sends_allocate_little;
           Alcotest.test_case "a datagram received allocates little" `Quick receive_allocates_little;
+          Alcotest.test_case "lone datagrams, then a burst" `Quick lone_then_burst;
           Alcotest.test_case "throughput" `Quick throughput;
           Alcotest.test_case "cast by fan-out" `Quick fan_out;
           Alcotest.test_case "kept datagrams: their slots come back" `Quick kept_slots_reused;
