@@ -335,6 +335,10 @@ let engine_rtt cfg =
         | None -> ()
       in
       let seq = ref (-1) and sent_at = ref 0 and finished = ref false and greeted = ref false in
+      (* The greeting's timer, cancelled once answered: a pending deadline
+         within two clock ticks makes the loop wait in the kernel, not by
+         reading, and would stay in the first round trips measured. *)
+      let greeting = ref None in
       let next () =
         incr seq;
         sent_at := Loop.now loop;
@@ -347,6 +351,7 @@ let engine_rtt cfg =
           if s = "hello" then begin
             if not !greeted then begin
               greeted := true;
+              Option.iter Loop.cancel !greeting;
               next ()
             end
           end
@@ -373,7 +378,7 @@ let engine_rtt cfg =
           let rec greet () =
             if pinger && not !greeted then begin
               send peer "hello";
-              ignore (Loop.after loop (Time.of_ms 10) greet)
+              greeting := Some (Loop.after loop (Time.of_ms 10) greet)
             end
           in
           greet ();
