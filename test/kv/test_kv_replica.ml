@@ -600,8 +600,8 @@ let marker_not_behind_next_write () =
   Alcotest.(check (option outcome)) "first put" (Some (Wire.Done Op.Ok)) got.(0);
   Alcotest.(check (option outcome)) "get" (Some (Wire.Done (Op.Value "1"))) got.(1);
   Alcotest.(check (option outcome)) "second put" (Some (Wire.Done Op.Ok)) got.(2);
-  Alcotest.(check int) "fsyncs done when the get was answered: the first put's, at 3 replicas" 3
-    at.(1);
+  Alcotest.(check int)
+    "fsyncs done when the get was answered: the first put's, at 3 replicas" 3 at.(1);
   finish w
 
 (* Group commit when flow control refuses the acknowledgement: r2 is paused
