@@ -697,7 +697,8 @@ let rack_next_lost_model =
   qtest ~count:300 ~seed:34 "RACK's next lost segment is the lowest one marked lost"
     QCheck.(
       pair (int_bound 0xFFFF_FFFF)
-        (list_of_size (Gen.int_range 1 120) (triple (int_bound 9) (int_bound 5000) (int_bound 5000))))
+        (list_of_size (Gen.int_range 1 120)
+           (triple (int_bound 9) (int_bound 5000) (int_bound 5000))))
     (fun (base, ops) ->
       let r = Tcp_rack.create () in
       let at o = Tcp_seq.add (seq base) o in
