@@ -49,6 +49,7 @@ type config = {
   warmup : int;
   size : int;
   senders : int;
+  not_sequencer : bool;
   deadline : float;
   params : Params.t;
   props : string;
@@ -513,8 +514,22 @@ let group_tput cfg =
   | Ok layers -> (
       let loop = Loop.create () in
       let n = List.length cfg.addrs in
-      let sender_addrs = List.filteri (fun i _ -> i < cfg.senders) cfg.addrs in
-      let i_send = cfg.index < cfg.senders in
+      (* The members that cast: the first [senders] of [addrs], or with
+         [not_sequencer] those of the [senders] highest ranks of the first
+         view of all (rank 0, Total's sequencer, casts only when every
+         member does), chosen again at each view of all until the start. *)
+      let sender_addrs =
+        ref (if cfg.not_sequencer then [] else List.filteri (fun i _ -> i < cfg.senders) cfg.addrs)
+      in
+      let i_send = ref ((not cfg.not_sequencer) && cfg.index < cfg.senders) in
+      let choose_senders (v : Consort_group.Group.view_info) =
+        let k = Array.length v.members in
+        sender_addrs :=
+          List.filteri
+            (fun r _ -> r >= k - cfg.senders)
+            (Array.to_list (Array.map addr_part v.members));
+        i_send := v.rank >= k - cfg.senders
+      in
       let expected = cfg.count * cfg.senders in
       let g = ref None in
       let self () = match !g with Some g -> G.me g | None -> "" in
@@ -548,7 +563,7 @@ let group_tput cfg =
           incr made
         done
       and schedule_fill () =
-        if i_send && !started && (not !fill_pending) && !made < cfg.count then begin
+        if !i_send && !started && (not !fill_pending) && !made < cfg.count then begin
           fill_pending := true;
           ignore (Loop.after loop 0 fill)
         end
@@ -582,7 +597,7 @@ let group_tput cfg =
               in
               find 0 cfg.addrs
             in
-            let st = (List.mem from sender_addrs, want, origin = self (), rank) in
+            let st = (List.mem from !sender_addrs, want, origin = self (), rank) in
             origins := (origin, st) :: !origins;
             st
       in
@@ -623,7 +638,7 @@ let group_tput cfg =
           if Hashtbl.length readies >= n && not !started then begin
             started := true;
             started_at := Loop.now loop;
-            if i_send then fill ()
+            if !i_send then fill ()
             else if expected = 0 then begin
               said_done := true;
               cast "done"
@@ -639,6 +654,8 @@ let group_tput cfg =
             (fun v ->
               incr views;
               rank := v.rank;
+              if Array.length v.members = n && cfg.not_sequencer && not !started then
+                choose_senders v;
               if Array.length v.members = n && Hashtbl.length readies = 0 then cast "ready");
           cast = on_cast;
           send = (fun ~origin:_ _ -> ());
@@ -678,6 +695,7 @@ let group_tput cfg =
               (* Rank 0 of the view is Total's sequencer: with one sender,
                  whether it is the sender changes what is held. *)
               ("rank", string_of_int !rank);
+              ("sender", if !i_send then "1" else "0");
               ("mflow_blocked", string_of_int (counter grp "mflow" "blocked"));
               ("mflow_credits_sent", string_of_int (counter grp "mflow" "credits_sent"));
               ("mnak_naks", string_of_int (counter grp "mnak" "naks_sent"));
