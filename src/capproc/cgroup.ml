@@ -296,16 +296,12 @@ let count p = match p.procs with [] -> None | _ -> Some (List.length (pids_of p)
    cannot be read is not empty. *)
 let empty p =
   let has_line f want =
-    match read_file f with
-    | None -> false
-    | Some s -> List.mem want (List.map words (lines s))
+    match read_file f with None -> false | Some s -> List.mem want (List.map words (lines s))
   in
   (match p.v2dir with
   | None -> true
   | Some d -> has_line (Filename.concat d "cgroup.events") [ "populated"; "0" ])
-  && List.for_all
-       (fun f -> match read_file f with Some s -> lines s = [] | None -> false)
-       p.procs
+  && List.for_all (fun f -> match read_file f with Some s -> lines s = [] | None -> false) p.procs
   &&
   match p.pids_dir with
   | None -> true

@@ -40,16 +40,15 @@ val pids_refused : prog -> int
 (** Forks refused for [pids.max] since the group was made or {!renew}ed. *)
 
 val empty : prog -> bool
-(** No process in the group: v2 [cgroup.events] says [populated 0], every [cgroup.procs] is
-    read and empty, and [pids.current] (where there is one) is 0 (a killed process not yet reaped
-    is still charged there). *)
+(** No process in the group: v2 [cgroup.events] says [populated 0], every [cgroup.procs] is read and
+    empty, and [pids.current] (where there is one) is 0 (a killed process not yet reaped is still
+    charged there). *)
 
 val renew : prog -> nproc:int -> bool
 (** [renew p ~nproc]: makes an emptied group the next program's, as {!make} would: only if it is
-    {!empty}; [pids.max] = [nproc] written again, and the CPU time and refused forks counted
-    from now ({!cpu_usec}, {!pids_refused} read the difference: the kernel's counters cannot be
-    reset). [false] (the group must not be used) if it is not empty or a file cannot be written or
-    read. *)
+    {!empty}; [pids.max] = [nproc] written again, and the CPU time and refused forks counted from
+    now ({!cpu_usec}, {!pids_refused} read the difference: the kernel's counters cannot be reset).
+    [false] (the group must not be used) if it is not empty or a file cannot be written or read. *)
 
 val count : prog -> int option
 (** Processes now in the group. *)

@@ -1404,8 +1404,8 @@ let test_setsid_cgroup_alone () =
     for _ = 1 to 3 do
       let code, out, err = exec w [ "-n"; "limits" ] in
       Alcotest.(check int) ("limits: exit 0; " ^ err) 0 code;
-      Alcotest.(check (option string)) ("alone in its cgroup: " ^ out) (Some "0")
-        (field out "strangers")
+      Alcotest.(check (option string))
+        ("alone in its cgroup: " ^ out) (Some "0") (field out "strangers")
     done;
     eventually ~n:100 "nothing of the program is left" (fun () -> with_marker m = [])
 
@@ -1477,7 +1477,9 @@ let test_cgroup_reuse () =
       | Some x -> String.sub x 3 (String.length x - 3)
       | None -> Alcotest.failf "no v2 cgroup: %s" o
     in
-    let alone o = Alcotest.(check (option string)) ("alone: " ^ o) (Some "0") (field o "strangers") in
+    let alone o =
+      Alcotest.(check (option string)) ("alone: " ^ o) (Some "0") (field o "strangers")
+    in
     let a = go [ "--cpu"; "1"; "burn"; "700" ] in
     ignore (go [ "forkbomb" ]);
     let c = go [ "--cpu"; "1"; "burn"; "700" ] in
@@ -1488,7 +1490,10 @@ let test_cgroup_reuse () =
     Alcotest.(check int)
       ("the refused forks told of the fork bomb alone: " ^ ps)
       1
-      (List.length (List.filter (fun l -> contains l "process limit 16 reached") (String.split_on_char '\n' ps)));
+      (List.length
+         (List.filter
+            (fun l -> contains l "process limit 16 reached")
+            (String.split_on_char '\n' ps)));
     (* d's cgroup, emptied and kept for the next spare: a process is put into it by hand. *)
     let mp =
       match
@@ -1520,8 +1525,8 @@ let test_cgroup_reuse () =
     let g = go [ "limits" ] in
     List.iter alone [ f; g ];
     Alcotest.(check bool)
-      (Printf.sprintf "a cgroup holding a process is given to no program: %s, %s / %s" (v2 d)
-         (v2 f) (v2 g))
+      (Printf.sprintf "a cgroup holding a process is given to no program: %s, %s / %s" (v2 d) (v2 f)
+         (v2 g))
       true
       (v2 f <> v2 d && v2 g <> v2 d);
     match Unix.waitpid [] sleeper with
