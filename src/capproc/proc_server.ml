@@ -112,6 +112,9 @@ type t = {
   cgroups : Cgroup.t;
   mutable leftover : Cgroup.prog list; (* cgroups still busy when their program ended *)
   mutable pool : Cgroup.prog list; (* emptied cgroups for the next spares, at most [pool_max] *)
+  relay_buf : Bytes.t;
+      (* what every output relay reads into (copied out at once): one for the server, not two
+         of 60 KiB per program allocated in the major heap *)
   cache : (string, cached) Hashtbl.t;
   fetcher : R.node; (* every fetch: its sessions with the file servers are kept *)
   mutable removers : (int * string) list;
@@ -395,7 +398,7 @@ let relay_done t p =
    (or nowhere, if it hung up), keeping the last 512 bytes in [tail]. *)
 let relay_out t p fd e ~tail =
   Unix.set_nonblock fd;
-  let buf = Bytes.create Consort_capvc.Vc_proto.max_chunk in
+  let buf = t.relay_buf in
   let finished = ref false in
   let stop () =
     if not !finished then begin
@@ -1284,6 +1287,7 @@ let create config loop node key =
                       cgroups;
                       leftover = [];
                       pool = [];
+                      relay_buf = Bytes.create Consort_capvc.Vc_proto.max_chunk;
                       cache = Hashtbl.create 16;
                       fetcher;
                       removers = [];
