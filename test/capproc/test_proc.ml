@@ -1514,11 +1514,13 @@ let test_cgroup_reuse () =
     let null = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
     let sleeper = Unix.create_process "sleep" [| "sleep"; "3600" |] null null null in
     Unix.close null;
+    let status = ref None in
     Fun.protect ~finally:(fun () ->
-        try
-          Unix.kill sleeper Sys.sigkill;
-          ignore (Unix.waitpid [] sleeper)
-        with Unix.Unix_error _ -> ())
+        if !status = None then
+          try
+            Unix.kill sleeper Sys.sigkill;
+            ignore (Unix.waitpid [] sleeper)
+          with Unix.Unix_error _ -> ())
     @@ fun () ->
     write_file (mp ^ v2 d ^ "/cgroup.procs") (string_of_int sleeper);
     let f = go [ "limits" ] in
@@ -1529,9 +1531,16 @@ let test_cgroup_reuse () =
          (v2 g))
       true
       (v2 f <> v2 d && v2 g <> v2 d);
-    match Unix.waitpid [] sleeper with
-    | _, Unix.WSIGNALED s when s = Sys.sigkill -> ()
-    | _ -> Alcotest.fail "the process found in the program's cgroup was not killed"
+    (* Killed when its cgroup was found held (bounded: 10 s). *)
+    eventually ~n:200 "the process found in the program's cgroup is killed" (fun () ->
+        match Unix.waitpid [ Unix.WNOHANG ] sleeper with
+        | 0, _ -> false
+        | _, st ->
+            status := Some st;
+            true);
+    match !status with
+    | Some (Unix.WSIGNALED s) when s = Sys.sigkill -> ()
+    | _ -> Alcotest.fail "the process found in the program's cgroup did not die of SIGKILL"
 
 (* Defect 4 and 10 GB: the memory limit always named. *)
 let test_memory () =
