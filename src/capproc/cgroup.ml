@@ -15,22 +15,32 @@ type prog = {
   v2dir : string option;
   pids_dir : string option; (* where pids.max and pids.events are *)
   cpu : [ `V2 of string | `V1 of string | `None ];
+  mutable cpu0 : int; (* the counters when the group was (re)given to a program: what it reads *)
+  mutable refused0 : int; (* is the difference from them *)
 }
 
 let none = { v2 = None; v2_pids = false; pids_v1 = None; cpuacct_v1 = None }
 
+(* A small file read with read(2): an in_channel would be a custom block counted as its 64 KiB
+   buffer, and the server reads several of these files per program (the major GC is sped up by
+   what custom blocks hold). *)
 let read_file f =
-  match open_in_bin f with
-  | exception Sys_error _ -> None
-  | ic ->
-      let b = Buffer.create 256 in
-      (try
-         while true do
-           Buffer.add_channel b ic 1
-         done
-       with End_of_file | Sys_error _ -> ());
-      close_in_noerr ic;
-      Some (Buffer.contents b)
+  match Unix.openfile f [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 with
+  | exception Unix.Unix_error _ -> None
+  | fd ->
+      let b = Buffer.create 256 and chunk = Bytes.create 1024 in
+      let rec go () =
+        match Unix.read fd chunk 0 (Bytes.length chunk) with
+        | 0 -> Some (Buffer.contents b)
+        | n ->
+            Buffer.add_subbytes b chunk 0 n;
+            go ()
+        | exception Unix.Unix_error (Unix.EINTR, _, _) -> go ()
+        | exception Unix.Unix_error _ -> None
+      in
+      let r = go () in
+      (try Unix.close fd with Unix.Unix_error _ -> ());
+      r
 
 let write_file f s =
   match Unix.openfile f [ Unix.O_WRONLY; Unix.O_CLOEXEC ] 0 with
@@ -238,13 +248,15 @@ let make t leaf ~nproc =
         | Some d, _ when Sys.file_exists (Filename.concat d "cpu.stat") -> `V2 d
         | _, Some d -> `V1 d
         | _ -> `None);
+      cpu0 = 0;
+      refused0 = 0;
     }
 
 let limits_pids p = p.pids_dir <> None
 let counts_cpu p = p.cpu <> `None
 
 (* CPU time used by everything that ever ran in the group, in microseconds. *)
-let cpu_usec p =
+let cpu_total p =
   match p.cpu with
   | `None -> None
   | `V2 d -> (
@@ -259,18 +271,22 @@ let cpu_usec p =
       | None -> None
       | Some s -> Option.map (fun ns -> ns / 1000) (int_of_string_opt (String.trim s)))
 
-(* How many times a fork was refused for pids.max. *)
-let pids_refused p =
+(* Since the group was given to its program: the counters are the group's whole life's. *)
+let cpu_usec p = Option.map (fun us -> us - p.cpu0) (cpu_total p)
+
+(* How many times a fork was refused for pids.max, in the group's whole life. *)
+let refused_total p =
   match p.pids_dir with
-  | None -> 0
+  | None -> Some 0
   | Some d -> (
       match read_file (Filename.concat d "pids.events") with
-      | None -> 0
+      | None -> None
       | Some s ->
-          Option.value ~default:0
-            (List.find_map
-               (fun l -> match words l with [ "max"; v ] -> int_of_string_opt v | _ -> None)
-               (lines s)))
+          List.find_map
+            (fun l -> match words l with [ "max"; v ] -> int_of_string_opt v | _ -> None)
+            (lines s))
+
+let pids_refused p = Option.fold ~none:0 ~some:(fun n -> n - p.refused0) (refused_total p)
 
 let pids_of p =
   List.concat_map
@@ -282,6 +298,40 @@ let pids_of p =
   |> List.sort_uniq compare
 
 let count p = match p.procs with [] -> None | _ -> Some (List.length (pids_of p))
+
+(* Empty: the v2 group not populated (no process in it or below), every cgroup.procs read and
+   empty, no process still charged to pids.current (one killed but not yet reaped). A file that
+   cannot be read is not empty. *)
+let empty p =
+  let has_line f want =
+    match read_file f with None -> false | Some s -> List.mem want (List.map words (lines s))
+  in
+  (match p.v2dir with
+  | None -> true
+  | Some d -> has_line (Filename.concat d "cgroup.events") [ "populated"; "0" ])
+  && List.for_all (fun f -> match read_file f with Some s -> lines s = [] | None -> false) p.procs
+  &&
+  match p.pids_dir with
+  | None -> true
+  | Some d -> (
+      let f = Filename.concat d "pids.current" in
+      (not (Sys.file_exists f))
+      || match read_file f with Some s -> String.trim s = "0" | None -> false)
+
+(* An emptied group given to the next program: only if it is empty, its pids.max set again and
+   its counters read (its program reads them from now on). *)
+let renew p ~nproc =
+  empty p
+  && (match p.pids_dir with
+     | Some d when nproc > 0 -> write_file (Filename.concat d "pids.max") (string_of_int nproc)
+     | _ -> true)
+  &&
+  match ((match p.cpu with `None -> Some 0 | _ -> cpu_total p), refused_total p) with
+  | Some c, Some r ->
+      p.cpu0 <- c;
+      p.refused0 <- r;
+      true
+  | _ -> false
 
 (* Kills every process of the group: cgroup.kill where there is one, else
    SIGKILL to each member until none is left (bounded rounds: a member can

@@ -16,6 +16,8 @@ type prog = private {
   v2dir : string option;
   pids_dir : string option;
   cpu : [ `V2 of string | `V1 of string | `None ];
+  mutable cpu0 : int;
+  mutable refused0 : int;
 }
 
 val none : t
@@ -32,10 +34,21 @@ val limits_pids : prog -> bool
 val counts_cpu : prog -> bool
 
 val cpu_usec : prog -> int option
-(** CPU time used by every process that ran in the group. *)
+(** CPU time used by every process that ran in the group since it was made or {!renew}ed. *)
 
 val pids_refused : prog -> int
-(** Forks refused for [pids.max]. *)
+(** Forks refused for [pids.max] since the group was made or {!renew}ed. *)
+
+val empty : prog -> bool
+(** No process in the group: v2 [cgroup.events] says [populated 0], every [cgroup.procs] is read and
+    empty, and [pids.current] (where there is one) is 0 (a killed process not yet reaped is still
+    charged there). *)
+
+val renew : prog -> nproc:int -> bool
+(** [renew p ~nproc]: makes an emptied group the next program's, as {!make} would: only if it is
+    {!empty}; [pids.max] = [nproc] written again, and the CPU time and refused forks counted from
+    now ({!cpu_usec}, {!pids_refused} read the difference: the kernel's counters cannot be reset).
+    [false] (the group must not be used) if it is not empty or a file cannot be written or read. *)
 
 val count : prog -> int option
 (** Processes now in the group. *)

@@ -111,6 +111,10 @@ type t = {
   mutable next : int;
   cgroups : Cgroup.t;
   mutable leftover : Cgroup.prog list; (* cgroups still busy when their program ended *)
+  mutable pool : Cgroup.prog list; (* emptied cgroups for the next spares, at most [pool_max] *)
+  relay_buf : Bytes.t;
+      (* what every output relay reads into (copied out at once): one for the server, not two
+         of 60 KiB per program allocated in the major heap *)
   cache : (string, cached) Hashtbl.t;
   fetcher : R.node; (* every fetch: its sessions with the file servers are kept *)
   mutable removers : (int * string) list;
@@ -338,6 +342,24 @@ let take_relay t locate =
       t.kept_relays <- List.filter (fun (_, n', _) -> n' != n) t.kept_relays;
       Some n
 
+(* Emptied cgroups kept for the next spares instead of a rmdir and mkdir each: at most this many. *)
+let pool_max = 4
+
+(* The cgroup of a program that ended: every member killed; kept for a next program only once
+   it is empty (a process the kill has not ended yet, or a killed one not yet reaped, keeps it
+   out), else removed (or left to remove when it is empty). True if nothing of the program is
+   left in it. *)
+let release_cgroup t cg =
+  Cgroup.kill cg;
+  if Cgroup.empty cg && List.length t.pool < pool_max then begin
+    t.pool <- cg :: t.pool;
+    true
+  end
+  else
+    let gone = Cgroup.remove cg in
+    if not gone then t.leftover <- cg :: t.leftover;
+    gone
+
 let finish t p st =
   Log.debug (fun m ->
       m "process %d: ended %.2f ms after ps_exec" p.obj
@@ -358,11 +380,8 @@ let finish t p st =
   let emptied =
     match p.cg with
     | Some cg ->
-        Cgroup.kill cg;
-        let gone = Cgroup.remove cg in
-        if not gone then t.leftover <- cg :: t.leftover;
         p.cg <- None;
-        gone
+        release_cgroup t cg
     | None -> false
   in
   remove_workdir ~contained:emptied t p;
@@ -379,7 +398,7 @@ let relay_done t p =
    (or nowhere, if it hung up), keeping the last 512 bytes in [tail]. *)
 let relay_out t p fd e ~tail =
   Unix.set_nonblock fd;
-  let buf = Bytes.create Consort_capvc.Vc_proto.max_chunk in
+  let buf = t.relay_buf in
   let finished = ref false in
   let stop () =
     if not !finished then begin
@@ -595,16 +614,26 @@ let drop_cgroup t c =
   Cgroup.kill c;
   if not (Cgroup.remove c) then t.leftover <- c :: t.leftover
 
+(* The cgroups of a new spare: an emptied one from the pool, checked empty again and its limits
+   and counters set afresh ([Cgroup.renew]; one that fails is dropped: killed and removed), else
+   new ones. *)
+let rec spare_cgroup t =
+  match t.pool with
+  | c :: rest ->
+      t.pool <- rest;
+      if Cgroup.renew c ~nproc:t.config.max_tree then Ok c
+      else begin
+        drop_cgroup t c;
+        spare_cgroup t
+      end
+  | [] ->
+      let n = t.spares in
+      t.spares <- n + 1;
+      Cgroup.make t.cgroups (Printf.sprintf "spare-%d" n) ~nproc:t.config.max_tree
+
 (* Asks for a spare: its cgroups made, the zygote asked; [complete] reads the answer. *)
 let ask_spare t =
-  let n = t.spares in
-  t.spares <- n + 1;
-  let cg =
-    if not t.config.cgroups then Ok None
-    else
-      Result.map Option.some
-        (Cgroup.make t.cgroups (Printf.sprintf "spare-%d" n) ~nproc:t.config.max_tree)
-  in
+  let cg = if not t.config.cgroups then Ok None else Result.map Option.some (spare_cgroup t) in
   match cg with
   | Error e -> Error e
   | Ok ccg -> (
@@ -1257,6 +1286,8 @@ let create config loop node key =
                       next = 1;
                       cgroups;
                       leftover = [];
+                      pool = [];
+                      relay_buf = Bytes.create Consort_capvc.Vc_proto.max_chunk;
                       cache = Hashtbl.create 16;
                       fetcher;
                       removers = [];
@@ -1327,7 +1358,7 @@ let shutdown t =
   t.spare <- None;
   Option.iter Spawn.stop_zygote t.zygote;
   t.zygote <- None;
-  List.iter (fun cg -> ignore (Cgroup.remove cg)) t.leftover;
+  List.iter (fun cg -> ignore (Cgroup.remove cg)) (t.pool @ t.leftover);
   Cgroup.teardown t.cgroups;
   List.iter
     (fun (_, n, tm) ->

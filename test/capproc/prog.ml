@@ -226,8 +226,17 @@ let () =
       in
       List.iter (fun pid -> ignore (Unix.waitpid [] pid)) kids;
       exit 0
-  | _ :: "limits" :: _ ->
-      (* What it was started with: its rlimits, its cgroups, its pid. *)
+  | _ :: (("limits" | "burn") as what) :: rest ->
+      (* What it was started with: its rlimits, its cgroups, its pid, and how many processes in
+         its v2 cgroup are neither itself nor its parent (its namespace's init): strangers,
+         counted as seen from its namespace (one outside it is listed as 0). "burn MS" first
+         spends MS ms of CPU time. *)
+      (if what = "burn" then
+         let ms = match rest with n :: _ -> float_of_string n | [] -> 0. in
+         let x = ref 0 in
+         while Sys.time () < ms /. 1000. do
+           incr x
+         done);
       let lines f =
         match open_in f with
         | exception Sys_error _ -> []
@@ -251,6 +260,30 @@ let () =
       Printf.printf "cgroup %s\n"
         (String.concat " " (List.sort compare (lines "/proc/self/cgroup")));
       Printf.printf "pid %d\n" (Unix.getpid ());
+      let words l = List.filter (fun x -> x <> "") (String.split_on_char ' ' l) in
+      let v2 =
+        List.find_map
+          (fun l ->
+            match words l with
+            | _ :: _ :: _ :: "/" :: mp :: rest when List.mem "cgroup2" rest -> Some mp
+            | _ -> None)
+          (lines "/proc/self/mountinfo")
+      in
+      let own =
+        List.find_map
+          (fun l ->
+            if String.length l > 3 && String.sub l 0 3 = "0::" then
+              Some (String.sub l 3 (String.length l - 3))
+            else None)
+          (lines "/proc/self/cgroup")
+      in
+      (match (v2, own) with
+      | Some mp, Some path ->
+          let procs = lines (mp ^ path ^ "/cgroup.procs") in
+          let mine = [ string_of_int (Unix.getpid ()); string_of_int (Unix.getppid ()) ] in
+          Printf.printf "strangers %d\n"
+            (List.length (List.filter (fun l -> not (List.mem (String.trim l) mine)) procs))
+      | _ -> print_endline "strangers -");
       exit 0
   | _ :: "escape" :: _marker :: _ ->
       (* A grandchild in a session of its own that would run for an hour,

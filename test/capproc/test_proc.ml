@@ -1376,6 +1376,14 @@ let test_setsid_escape () =
     eventually ~n:100 "nothing of the program is left" (fun () -> with_marker m = [])
   else skip "not root: no PID namespace or cgroup holds the tree"
 
+let field out key =
+  List.find_map
+    (fun l ->
+      match String.index_opt l ' ' with
+      | Some i when String.sub l 0 i = key -> Some (String.sub l (i + 1) (String.length l - i - 1))
+      | _ -> None)
+    (String.split_on_char '\n' out)
+
 (* A setsid grandchild without a PID namespace: the program's cgroup alone holds the tree, and
    killing it is what ends the grandchild. *)
 let test_setsid_cgroup_alone () =
@@ -1391,19 +1399,20 @@ let test_setsid_cgroup_alone () =
     let code, out, err = exec w [ "-n"; "escape"; m ] in
     Alcotest.(check int) ("escape: exit 0; " ^ err) 0 code;
     Alcotest.(check string) "it ran" "escaped\n" out;
+    (* The programs that follow at once never share a cgroup with what may still be left of it
+       (its cgroup is given to a next program only once it is empty). *)
+    for _ = 1 to 3 do
+      let code, out, err = exec w [ "-n"; "limits" ] in
+      Alcotest.(check int) ("limits: exit 0; " ^ err) 0 code;
+      Alcotest.(check (option string))
+        ("alone in its cgroup: " ^ out) (Some "0") (field out "strangers")
+    done;
     eventually ~n:100 "nothing of the program is left" (fun () -> with_marker m = [])
 
 (* Spares: each start hands its program to a confined child made beforehand (its cgroups
    joined, its PID namespace made). What a request asks is applied when it is handed over, not
    when the spare was made; each program has cgroups and a namespace of its own. Three programs in
    a row, each with other limits. *)
-let field out key =
-  List.find_map
-    (fun l ->
-      match String.index_opt l ' ' with
-      | Some i when String.sub l 0 i = key -> Some (String.sub l (i + 1) (String.length l - i - 1))
-      | _ -> None)
-    (String.split_on_char '\n' out)
 
 let test_spares () =
   with_world @@ fun w ->
@@ -1431,15 +1440,107 @@ let test_spares () =
       (fun o ->
         Alcotest.(check bool) ("in the server's cgroups: " ^ o) true (contains o "consort-proc-"))
       [ a; b; c ];
+    (* b's spare (its cgroups) was made while a ran; c's, while b ran, in a's emptied ones. *)
     Alcotest.(check bool)
       (Printf.sprintf "cgroups of its own: %s / %s / %s" (cg a) (cg b) (cg c))
       true
-      (cg a <> cg b && cg b <> cg c && cg a <> cg c)
+      (cg a <> cg b && cg b <> cg c);
+    Alcotest.(check string) "the first program's emptied cgroups given to the third" (cg a) (cg c);
+    List.iter (fun o -> check "alone in its cgroup" o "strangers" "0") [ a; b; c ]
   end
   else skip "not root: no cgroups";
   if Lazy.force namespaces then
     List.iter (fun o -> check "a namespace of its own" o "pid" "2") [ a; b; c ]
   else skip "no PID namespace here"
+
+(* Emptied cgroups are given to later programs instead of a rmdir and mkdir per start, keeping
+   each promise: the limits and counters are the new program's (a program that spent 700 ms of
+   CPU under --cpu 1 is followed in its cgroup by another that spends 700 ms and is not stopped;
+   a fork bomb's refused forks are not told of the next program), and a cgroup that holds a
+   process is never given to another program (one put into an emptied cgroup by hand is killed
+   with it, and the next program is in another cgroup, alone). *)
+let test_cgroup_reuse () =
+  if Unix.geteuid () <> 0 then skip "not root: no cgroups"
+  else
+    with_world ~ps_args:[ "--max-tree"; "16" ] @@ fun w ->
+    let go args =
+      let code, out, err = exec w ("-n" :: args) in
+      Alcotest.(check int) (String.concat " " args ^ ": exit 0; " ^ err) 0 code;
+      out
+    in
+    let v2 o =
+      Option.bind (field o "cgroup") (fun c ->
+          List.find_opt
+            (fun x -> String.length x > 3 && String.sub x 0 3 = "0::")
+            (String.split_on_char ' ' c))
+      |> function
+      | Some x -> String.sub x 3 (String.length x - 3)
+      | None -> Alcotest.failf "no v2 cgroup: %s" o
+    in
+    let alone o =
+      Alcotest.(check (option string)) ("alone: " ^ o) (Some "0") (field o "strangers")
+    in
+    let a = go [ "--cpu"; "1"; "burn"; "700" ] in
+    ignore (go [ "forkbomb" ]);
+    let c = go [ "--cpu"; "1"; "burn"; "700" ] in
+    Alcotest.(check string) "the first program's cgroup given to the third" (v2 a) (v2 c);
+    let d = go [ "limits" ] in
+    List.iter alone [ a; c; d ];
+    let _, ps, _ = run ~env:w.env [ "cap"; "ps"; w.ps.cap ] in
+    Alcotest.(check int)
+      ("the refused forks told of the fork bomb alone: " ^ ps)
+      1
+      (List.length
+         (List.filter
+            (fun l -> contains l "process limit 16 reached")
+            (String.split_on_char '\n' ps)));
+    (* d's cgroup, emptied and kept for the next spare: a process is put into it by hand. *)
+    let mp =
+      match
+        List.find_map
+          (fun l ->
+            match String.split_on_char ' ' l with
+            | _ :: _ :: _ :: "/" :: mp :: rest when List.mem "cgroup2" rest -> Some mp
+            | _ -> None)
+          (let ic = open_in "/proc/self/mountinfo" in
+           let rec all acc =
+             match input_line ic with l -> all (l :: acc) | exception End_of_file -> acc
+           in
+           Fun.protect ~finally:(fun () -> close_in ic) (fun () -> all []))
+      with
+      | Some mp -> mp
+      | None -> Alcotest.fail "no cgroup2 mount"
+    in
+    let null = Unix.openfile "/dev/null" [ Unix.O_RDWR; Unix.O_CLOEXEC ] 0 in
+    let sleeper = Unix.create_process "sleep" [| "sleep"; "3600" |] null null null in
+    Unix.close null;
+    let status = ref None in
+    Fun.protect ~finally:(fun () ->
+        if !status = None then
+          try
+            Unix.kill sleeper Sys.sigkill;
+            ignore (Unix.waitpid [] sleeper)
+          with Unix.Unix_error _ -> ())
+    @@ fun () ->
+    write_file (mp ^ v2 d ^ "/cgroup.procs") (string_of_int sleeper);
+    let f = go [ "limits" ] in
+    let g = go [ "limits" ] in
+    List.iter alone [ f; g ];
+    Alcotest.(check bool)
+      (Printf.sprintf "a cgroup holding a process is given to no program: %s, %s / %s" (v2 d) (v2 f)
+         (v2 g))
+      true
+      (v2 f <> v2 d && v2 g <> v2 d);
+    (* Killed when its cgroup was found held (bounded: 10 s). *)
+    eventually ~n:200 "the process found in the program's cgroup is killed" (fun () ->
+        match Unix.waitpid [ Unix.WNOHANG ] sleeper with
+        | 0, _ -> false
+        | _, st ->
+            status := Some st;
+            true);
+    match !status with
+    | Some (Unix.WSIGNALED s) when s = Sys.sigkill -> ()
+    | _ -> Alcotest.fail "the process found in the program's cgroup did not die of SIGKILL"
 
 (* Defect 4 and 10 GB: the memory limit always named. *)
 let test_memory () =
@@ -1604,5 +1705,6 @@ let () =
           Alcotest.test_case "setsid grandchild, the cgroup alone" `Quick test_setsid_cgroup_alone;
           Alcotest.test_case "spares: limits as asked, a cgroup each" `Quick test_spares;
           Alcotest.test_case "the zygote holds no OCaml heap" `Quick test_zygote_heaps;
+          Alcotest.test_case "emptied cgroups reused, limits fresh" `Quick test_cgroup_reuse;
         ] );
     ]
