@@ -1094,6 +1094,8 @@ let states t =
           (fun n -> (n.lname, match n.fast with Some f -> f.state () | None -> ""))
           t.nodes))
 
+let frames_in_use t = t.cast.depth + t.send.depth
+
 let fused_counters t =
   let left which a =
     List.concat
