@@ -63,6 +63,23 @@ let timeout =
     & opt Consort_cli.positive_float 15.
     & info [ "timeout" ] ~docv:"SECONDS" ~doc:"How long a request may take in all.")
 
+let depth =
+  let parse s =
+    match int_of_string_opt (String.trim s) with
+    | Some n when n >= 1 && n <= Kv.Client.max_depth -> Ok n
+    | _ ->
+        Error (`Msg (Printf.sprintf "%S: expected an integer from 1 to %d" s Kv.Client.max_depth))
+  in
+  Arg.conv ~docv:"N" (parse, Format.pp_print_int)
+
+let pipeline =
+  Arg.(
+    value & opt depth 1
+    & info [ "pipeline" ] ~docv:"N"
+        ~doc:
+          "Commands under way at once on one connection (1 to 32; 1: each waits for the one \
+           before, and a failed one goes on at the next server).")
+
 (* One result line; the exit status says what it means. *)
 let print_outcome = function
   | Kv.Wire.Done (Kv.Op.Error e) ->
@@ -79,6 +96,7 @@ let print_outcome = function
       2
 
 let one op servers timeout =
+  Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
   match Kv.Client.create ~timeout servers with
   | Error e ->
       Fmt.pr "error: %s@." e;
@@ -93,35 +111,55 @@ let one op servers timeout =
           Kv.Client.close c;
           code)
 
-let shell servers timeout =
+let shell servers timeout depth =
   Consort_cli.with_stdin "kv shell" @@ fun () ->
   match Kv.Client.create ~timeout servers with
   | Error e ->
       Fmt.pr "error: %s@." e;
       2
   | Ok c ->
+      (* A replica that closes the connection under a write: EPIPE, not death. *)
+      Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
       let worst = ref 0 in
-      (try
-         while true do
-           let line = input_line stdin in
-           let words = String.split_on_char ' ' (String.trim line) |> List.filter (( <> ) "") in
-           if words <> [] then begin
-             let code =
-               match Kv.Op.parse words with
-               | Error e ->
-                   Fmt.pr "error: %s@." e;
-                   2
-               | Ok op -> (
-                   match Kv.Op.check Kv.Op.default_limits op with
-                   | Error e ->
-                       Fmt.pr "error: %s@." e;
-                       2
-                   | Ok () -> print_outcome (Kv.Client.call c op))
-             in
-             worst := max !worst code
-           end
-         done
-       with End_of_file -> ());
+      let note code = worst := max !worst code in
+      let refuse e =
+        Fmt.pr "error: %s@." e;
+        note 2
+      in
+      (* The next command: [Ok op], [Error why] for a line refused here. *)
+      let rec command () =
+        match input_line stdin with
+        | exception End_of_file -> None
+        | line -> (
+            let words = String.split_on_char ' ' (String.trim line) |> List.filter (( <> ) "") in
+            if words = [] then command ()
+            else
+              match Kv.Op.parse words with
+              | Error e -> Some (Error e)
+              | Ok op -> (
+                  match Kv.Op.check Kv.Op.default_limits op with
+                  | Error e -> Some (Error e)
+                  | Ok () -> Some (Ok op)))
+      in
+      if depth <= 1 then begin
+        let rec go () =
+          match command () with
+          | None -> ()
+          | Some (Error e) ->
+              refuse e;
+              go ()
+          | Some (Ok op) ->
+              note (print_outcome (Kv.Client.call c op));
+              go ()
+        in
+        go ()
+      end
+      else
+        Kv.Client.pipeline ~depth c (fun () ->
+            match command () with
+            | None -> None
+            | Some (Error e) -> Some (Kv.Client.Note (fun () -> refuse e))
+            | Some (Ok op) -> Some (Kv.Client.Op (op, fun o -> note (print_outcome o))));
       Kv.Client.close c;
       !worst
 
@@ -277,8 +315,11 @@ let cmd =
            "Read commands ($(b,get KEY), $(b,put KEY VALUE), $(b,del KEY), $(b,cas KEY OLD NEW)), \
             one per line, from standard input (words separated by spaces: in the shell a key or \
             value cannot hold a space); print one result line for each, in order. Exits with the \
-            worst status of its commands.")
-      Term.(const shell $ servers $ timeout)
+            worst status of its commands. With $(b,--pipeline) N, up to N commands are under way \
+            at once on one connection (results still in order): a connection lost with commands \
+            under way prints $(b,unknown: REASON) for each of them (exit 3), and the commands \
+            after them go to the next server.")
+      Term.(const shell $ servers $ timeout $ pipeline)
   in
   let check =
     (* Read when checked: a missing file is refused with 2, not by the command line reader. *)

@@ -158,7 +158,8 @@ let rtt_cmd =
          "Round-trip latency of 16-byte casts between 2 members, beside UDP, on one CPU and on two.")
     Term.(const rtt $ count $ warmup $ rounds $ params $ total $ seal_flag $ json)
 
-let throughput count size senders params deadline reps total seal unbundled members json =
+let throughput count size senders params deadline reps total seal unbundled members not_sequencer
+    json =
   checked "throughput" params @@ fun () ->
   Fmt.pr
     "Multicast throughput: %d messages of %d bytes per sender, %d processes on 127.0.0.1 \
@@ -188,7 +189,8 @@ let throughput count size senders params deadline reps total seal unbundled memb
     else None
   in
   report "throughput" Throughput.pp_table Throughput.to_json json
-    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ?stacks ~members ~deadline ~reps ())
+    (Throughput.run ~exe:(exe ()) ~count ~size ~senders ~params ?stacks ~members ~not_sequencer
+       ~deadline ~reps ())
 
 let throughput_cmd =
   let count =
@@ -232,6 +234,15 @@ let throughput_cmd =
             "Group rows for the vsync stack (FIFO), and for Total with the sequencer and with the \
              token, in the same run.")
   in
+  let not_sequencer =
+    Arg.(
+      value & flag
+      & info [ "sender-not-sequencer" ]
+          ~doc:
+            "Group runs: the members that cast are those of the highest ranks of the view, so that \
+             rank 0 (Total's sequencer) casts only when every member does (with $(b,--senders) \
+             below $(b,--members), never); the rows say which process was rank 0 and which cast.")
+  in
   let unbundled =
     Arg.(
       value & flag
@@ -245,9 +256,9 @@ let throughput_cmd =
        ~doc:"Multicast throughput of 1 KB casts among member processes (3 by default), beside UDP.")
     Term.(
       const throughput $ count $ size $ senders $ params $ deadline $ reps $ total $ seal_flag
-      $ unbundled $ members $ json)
+      $ unbundled $ members $ not_sequencer $ json)
 
-let peer kind index addrs count warmup size senders deadline params props =
+let peer kind index addrs count warmup size senders not_sequencer deadline params props =
   Logs.set_reporter (Logs.format_reporter ~dst:Format.err_formatter ());
   Logs.set_level (Some Logs.Warning);
   match
@@ -259,7 +270,20 @@ let peer kind index addrs count warmup size senders deadline params props =
       2
   | Ok kind, Ok params -> (
       match
-        Peer.run { Peer.kind; index; addrs; count; warmup; size; senders; deadline; params; props }
+        Peer.run
+          {
+            Peer.kind;
+            index;
+            addrs;
+            count;
+            warmup;
+            size;
+            senders;
+            not_sequencer;
+            deadline;
+            params;
+            props;
+          }
       with
       | Ok line ->
           print_endline line;
@@ -307,6 +331,14 @@ let peer_cmd =
       value & opt Consort_cli.positive_int 1
       & info [ "senders" ] ~docv:"N" ~doc:"Members that cast.")
   in
+  let not_sequencer =
+    Arg.(
+      value & flag
+      & info [ "not-sequencer" ]
+          ~doc:
+            "The members that cast are those of the highest ranks of the view (rank 0, Total's \
+             sequencer, casts only when every member does), not the first of $(b,--addrs).")
+  in
   let deadline =
     Arg.(
       value
@@ -322,8 +354,8 @@ let peer_cmd =
     (Consort_cli.info ~path:"bench peer" ~hidden:true "peer"
        ~doc:"One process of the rtt and throughput benchmarks (started by them).")
     Term.(
-      const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ deadline $ params
-      $ props)
+      const peer $ kind $ index $ addrs $ count $ warmup $ size $ senders $ not_sequencer $ deadline
+      $ params $ props)
 
 let scale sizes scale_sizes params json =
   checked "scale" params @@ fun () ->

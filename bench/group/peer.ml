@@ -49,6 +49,7 @@ type config = {
   warmup : int;
   size : int;
   senders : int;
+  not_sequencer : bool;
   deadline : float;
   params : Params.t;
   props : string;
@@ -335,6 +336,10 @@ let engine_rtt cfg =
         | None -> ()
       in
       let seq = ref (-1) and sent_at = ref 0 and finished = ref false and greeted = ref false in
+      (* The greeting's timer, cancelled once answered: a pending deadline
+         within two clock ticks makes the loop wait in the kernel, not by
+         reading, and would stay in the first round trips measured. *)
+      let greeting = ref None in
       let next () =
         incr seq;
         sent_at := Loop.now loop;
@@ -347,6 +352,7 @@ let engine_rtt cfg =
           if s = "hello" then begin
             if not !greeted then begin
               greeted := true;
+              Option.iter Loop.cancel !greeting;
               next ()
             end
           end
@@ -373,7 +379,7 @@ let engine_rtt cfg =
           let rec greet () =
             if pinger && not !greeted then begin
               send peer "hello";
-              ignore (Loop.after loop (Time.of_ms 10) greet)
+              greeting := Some (Loop.after loop (Time.of_ms 10) greet)
             end
           in
           greet ();
@@ -508,8 +514,22 @@ let group_tput cfg =
   | Ok layers -> (
       let loop = Loop.create () in
       let n = List.length cfg.addrs in
-      let sender_addrs = List.filteri (fun i _ -> i < cfg.senders) cfg.addrs in
-      let i_send = cfg.index < cfg.senders in
+      (* The members that cast: the first [senders] of [addrs], or with
+         [not_sequencer] those of the [senders] highest ranks of the first
+         view of all (rank 0, Total's sequencer, casts only when every
+         member does), chosen again at each view of all until the start. *)
+      let sender_addrs =
+        ref (if cfg.not_sequencer then [] else List.filteri (fun i _ -> i < cfg.senders) cfg.addrs)
+      in
+      let i_send = ref ((not cfg.not_sequencer) && cfg.index < cfg.senders) in
+      let choose_senders (v : Consort_group.Group.view_info) =
+        let k = Array.length v.members in
+        sender_addrs :=
+          List.filteri
+            (fun r _ -> r >= k - cfg.senders)
+            (Array.to_list (Array.map addr_part v.members));
+        i_send := v.rank >= k - cfg.senders
+      in
       let expected = cfg.count * cfg.senders in
       let g = ref None in
       let self () = match !g with Some g -> G.me g | None -> "" in
@@ -543,7 +563,7 @@ let group_tput cfg =
           incr made
         done
       and schedule_fill () =
-        if i_send && !started && (not !fill_pending) && !made < cfg.count then begin
+        if !i_send && !started && (not !fill_pending) && !made < cfg.count then begin
           fill_pending := true;
           ignore (Loop.after loop 0 fill)
         end
@@ -577,7 +597,7 @@ let group_tput cfg =
               in
               find 0 cfg.addrs
             in
-            let st = (List.mem from sender_addrs, want, origin = self (), rank) in
+            let st = (List.mem from !sender_addrs, want, origin = self (), rank) in
             origins := (origin, st) :: !origins;
             st
       in
@@ -618,7 +638,7 @@ let group_tput cfg =
           if Hashtbl.length readies >= n && not !started then begin
             started := true;
             started_at := Loop.now loop;
-            if i_send then fill ()
+            if !i_send then fill ()
             else if expected = 0 then begin
               said_done := true;
               cast "done"
@@ -634,6 +654,8 @@ let group_tput cfg =
             (fun v ->
               incr views;
               rank := v.rank;
+              if Array.length v.members = n && cfg.not_sequencer && not !started then
+                choose_senders v;
               if Array.length v.members = n && Hashtbl.length readies = 0 then cast "ready");
           cast = on_cast;
           send = (fun ~origin:_ _ -> ());
@@ -673,6 +695,7 @@ let group_tput cfg =
               (* Rank 0 of the view is Total's sequencer: with one sender,
                  whether it is the sender changes what is held. *)
               ("rank", string_of_int !rank);
+              ("sender", if !i_send then "1" else "0");
               ("mflow_blocked", string_of_int (counter grp "mflow" "blocked"));
               ("mflow_credits_sent", string_of_int (counter grp "mflow" "credits_sent"));
               ("mnak_naks", string_of_int (counter grp "mnak" "naks_sent"));

@@ -8,9 +8,9 @@
     - [engine-rtt]: the same ping-pong as datagrams over {!Consort_engine.Udp} and a loop, with no
       layers;
     - [raw-rtt]: the same over blocking kernel UDP sockets;
-    - [group-tput]: a member of a group; the first [senders] members cast [count] messages of [size]
-      bytes each, as fast as flow control lets them, and every member checks every delivery (origin,
-      order, content);
+    - [group-tput]: a member of a group; the first [senders] members (with [not_sequencer], the
+      members of the [senders] highest ranks) cast [count] messages of [size] bytes each, as fast as
+      flow control lets them, and every member checks every delivery (origin, order, content);
     - [raw-tput]: index 0 sends [count] datagrams of [size] bytes to each other index over blocking
       sockets, with no flow control; the others count what they receive. *)
 
@@ -27,6 +27,10 @@ type config = {
   warmup : int;  (** round trips made before measuring *)
   size : int;  (** bytes per message (throughput) *)
   senders : int;  (** members that cast (group throughput) *)
+  not_sequencer : bool;
+      (** group throughput: the members that cast are those of the [senders] highest ranks of the
+          view of all, not the first [senders] of [addrs]: rank 0 (Total's sequencer) casts only
+          when every member does *)
   deadline : float;  (** seconds after which the process gives up *)
   params : Consort.Params.t;  (** tunables of the group stack *)
   props : string;

@@ -16,6 +16,7 @@ type row = {
   members : member list;
   ok : bool;
   ordered : bool;
+  not_sequencer : bool;
   runs : float list;
 }
 
@@ -23,7 +24,8 @@ type row = {
 let members_n = ref 3
 let rate _ m = if m.seconds > 0. && m.received > 1 then float (m.received - 1) /. m.seconds else nan
 
-let spawn_peers ?(props = "vsync") ~exe ~dir ~kind ~count ~size ~senders ~params ~deadline () =
+let spawn_peers ?(props = "vsync") ?(not_sequencer = false) ~exe ~dir ~kind ~count ~size ~senders
+    ~params ~deadline () =
   let addrs = Proc.free_addresses !members_n in
   List.init !members_n (fun i ->
       let args =
@@ -46,6 +48,7 @@ let spawn_peers ?(props = "vsync") ~exe ~dir ~kind ~count ~size ~senders ~params
           Printf.sprintf "%.1f" deadline;
         ]
         @ (if params = "" then [] else [ "--params"; params ])
+        @ (if not_sequencer then [ "--not-sequencer" ] else [])
         @ [ "--props"; props ]
       in
       Proc.spawn ~stdin:`Null
@@ -74,10 +77,12 @@ let same_order members =
   | [] -> true
   | h :: rest -> h <> None && List.for_all (( = ) h) rest
 
-let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~deadline () =
+let group ?(label = "group cast") ?props ?(not_sequencer = false) ~exe ~count ~size ~senders ~params
+    ~deadline () =
   let dir = Proc.temp_dir "consort-bench-tput" in
   let procs =
-    spawn_peers ?props ~exe ~dir ~kind:"group-tput" ~count ~size ~senders ~params ~deadline ()
+    spawn_peers ?props ~not_sequencer ~exe ~dir ~kind:"group-tput" ~count ~size ~senders ~params
+      ~deadline ()
   in
   let finished = Proc.finish procs ~timeout:(deadline +. 5.) in
   let err = errs dir in
@@ -95,7 +100,13 @@ let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~dea
           let known = [ "index"; "delivered"; "expected"; "errors"; "span_s" ] in
           {
             index = i;
-            role = (if i < senders then "sender+receiver" else "receiver");
+            role =
+              (* The member says whether it cast (chosen by rank with
+                 [not_sequencer]); the first [senders] otherwise. *)
+              (match List.assoc_opt "sender" pairs with
+              | Some "1" -> "sender+receiver"
+              | Some _ -> "receiver"
+              | None -> if i < senders then "sender+receiver" else "receiver");
             received = int_of pairs "delivered";
             expected = int_of pairs "expected";
             errors = int_of pairs "errors";
@@ -112,7 +123,7 @@ let group ?(label = "group cast") ?props ~exe ~count ~size ~senders ~params ~dea
       && List.for_all (fun m -> m.errors = 0 && m.received = m.expected) members
       && ((not ordered) || same_order members)
     in
-    Ok { kind = label; senders; size; count; members; ok; ordered; runs = [] }
+    Ok { kind = label; senders; size; count; members; ok; ordered; not_sequencer; runs = [] }
 
 let raw ~exe ~count ~size ~deadline =
   let dir = Proc.temp_dir "consort-bench-tput" in
@@ -159,6 +170,7 @@ let raw ~exe ~count ~size ~deadline =
           members = sender :: rs;
           ok = finished;
           ordered = false;
+          not_sequencer = false;
           runs = [];
         }
   | _ ->
@@ -189,7 +201,8 @@ let repeat reps f =
       Ok { median with runs = List.map slowest rows }
 
 let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = "")
-    ?(stacks = [ ("group cast", "vsync", "") ]) ?(members = 3) ?(deadline = 30.) ?(reps = 3) () =
+    ?(stacks = [ ("group cast", "vsync", "") ]) ?(members = 3) ?(not_sequencer = false)
+    ?(deadline = 30.) ?(reps = 3) () =
   members_n := members;
   if size < 11 || size > 65000 then Error "size between 11 and 65000 bytes"
   else if members < 2 || members > 32 then Error "members between 2 and 32"
@@ -216,8 +229,8 @@ let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = ""
           | ((label, props, extra), s) :: rest -> (
               match
                 repeat reps (fun () ->
-                    group ~label ~props ~exe ~count ~size ~senders:s ~params:(join params extra)
-                      ~deadline ())
+                    group ~label ~props ~not_sequencer ~exe ~count ~size ~senders:s
+                      ~params:(join params extra) ~deadline ())
               with
               | Error e -> Error e
               | Ok row -> go (row :: acc) rest)
@@ -225,6 +238,13 @@ let run ~exe ?(count = 20000) ?(size = 1024) ?(senders = [ 1; 3 ]) ?(params = ""
         go [ r ] runs
 
 let mb row m = rate row m *. float row.size /. 1e6
+let rank_of m = Option.bind (List.assoc_opt "rank" m.detail) int_of_string_opt
+let casters r = List.filter (fun m -> m.role = "sender+receiver") r.members
+
+let sequencer r =
+  Option.map (fun m -> m.index) (List.find_opt (fun m -> rank_of m = Some 0) r.members)
+
+let sequencer_cast r = List.exists (fun m -> rank_of m = Some 0) (casters r)
 
 (* Each group row's slowest receiver against raw UDP's, and a bundled row
    against the unbundled one with as many senders, all from this run. *)
@@ -260,6 +280,15 @@ let pp_table ppf rows =
         r.members;
       Fmt.pf ppf "  runs (slowest receiver, messages/s): %s; the rows above are the median run@."
         (String.concat ", " (List.map (Printf.sprintf "%.0f") r.runs));
+      if r.kind <> "raw UDP" then
+        Fmt.pf ppf "  rank 0 (Total's sequencer): process %s; cast: process%s %s%s@."
+          (match sequencer r with Some i -> string_of_int i | None -> "unknown")
+          (if List.length (casters r) = 1 then "" else "es")
+          (String.concat ", " (List.map (fun m -> string_of_int m.index) (casters r)))
+          (if r.not_sequencer then
+             if sequencer_cast r then " (chosen by rank: every member casts, rank 0 too)"
+             else " (chosen by rank: not rank 0)"
+           else "");
       if r.kind <> "raw UDP" then
         Fmt.pf ppf "  %s; %s@."
           (if r.ok && r.ordered then
@@ -328,7 +357,7 @@ let to_json rows =
       (List.map
          (fun r ->
            Printf.sprintf
-             "{\"kind\":%S,\"senders\":%d,\"bytes\":%d,\"count\":%d,\"ok\":%b,\"runs_slowest_messages_per_s\":[%s],\"members\":[%s]}"
+             "{\"kind\":%S,\"senders\":%d,\"bytes\":%d,\"count\":%d,\"ok\":%b,\"runs_slowest_messages_per_s\":[%s],\"members\":[%s],\"sender_not_sequencer\":%b,\"sequencer_index\":%d,\"sender_indexes\":[%s],\"sequencer_cast\":%b}"
              r.kind r.senders r.size r.count r.ok
              (String.concat "," (List.map f r.runs))
              (String.concat ","
@@ -342,6 +371,10 @@ let to_json rows =
                        m.received m.expected m.errors (f m.seconds)
                        (f (rate r m))
                        (f (mb r m)))
-                   r.members)))
+                   r.members))
+             r.not_sequencer
+             (Option.value ~default:(-1) (sequencer r))
+             (String.concat "," (List.map (fun m -> string_of_int m.index) (casters r)))
+             (sequencer_cast r))
          rows)
   ^ "]}"

@@ -193,6 +193,7 @@ let wait_all ?(now = Unix.gettimeofday) ?(sleep = Unix.sleepf) ~timeout ~name ~p
 type measure = {
   system : string;
   clients : int;
+  depth : int;
   ops : int;
   failed : int;
   seconds : float;
@@ -216,30 +217,31 @@ let verdict m =
 let rate m = float m.ops /. m.seconds
 let usable = function Measured m -> verdict m | Not_measured r -> Error ("not measured: " ^ r)
 
-let row_line label clients o =
+(* "8 clients", or "8 x 8 pipelined" (connections x requests under way on each). *)
+let shape (clients, depth) =
+  if depth <= 1 then Printf.sprintf "%3d clients" clients
+  else Printf.sprintf "%3d x %d pipelined" clients depth
+
+let row_line label run o =
   match usable o with
   | Ok m ->
-      Printf.sprintf "%-30s %3d clients %9.0f ops/s  p50 %7.2f ms  p99 %7.2f ms" label clients
+      Printf.sprintf "%-30s %-16s %9.0f ops/s  p50 %7.2f ms  p99 %7.2f ms" label (shape run)
         (rate m) m.p50 m.p99
-  | Error e -> Printf.sprintf "%-30s %3d clients %s" label clients e
+  | Error e -> Printf.sprintf "%-30s %-16s %s" label (shape run) e
 
-(* A pair: (clients, consort, etcd). *)
-let ratio_line (clients, consort, etcd) =
+(* A pair: ((clients, depth), consort, etcd). *)
+let ratio_line (run, consort, etcd) =
   match (usable consort, usable etcd) with
   | Ok c, Ok e ->
-      Printf.sprintf "%3d clients: consort / etcd = %.2fx in ops/s; p99 %.2f ms beside %.2f ms"
-        clients
+      Printf.sprintf "%s: consort / etcd = %.2fx in ops/s; p99 %.2f ms beside %.2f ms" (shape run)
         (rate c /. rate e)
         c.p99 e.p99
-  | _ -> Printf.sprintf "%3d clients: no ratio (a side was not measured or was discarded)" clients
+  | _ -> Printf.sprintf "%s: no ratio (a side was not measured or was discarded)" (shape run)
 
 let report pairs =
   List.concat_map
-    (fun (clients, consort, etcd) ->
-      [
-        row_line "consort kv, 3 replicas" clients consort;
-        row_line "etcd, 3 members (gRPC)" clients etcd;
-      ])
+    (fun (run, consort, etcd) ->
+      [ row_line "consort kv, 3 replicas" run consort; row_line "etcd, 3 members (gRPC)" run etcd ])
     pairs
   @ List.map ratio_line pairs
 
@@ -255,6 +257,7 @@ let outcome_json o : Yojson.Safe.t =
     [
       ("system", `String m.system);
       ("clients", `Int m.clients);
+      ("depth", `Int m.depth);
       ("seconds", `Float m.seconds);
       ("ops", `Int m.ops);
       ("failed", `Int m.failed);
@@ -283,13 +286,14 @@ let to_json ~header ~load_start ~load_end pairs failovers : Yojson.Safe.t =
         ( "ratios",
           `List
             (List.filter_map
-               (fun (clients, c, e) ->
+               (fun ((clients, depth), c, e) ->
                  match (usable c, usable e) with
                  | Ok c, Ok e ->
                      Some
                        (`Assoc
                           [
                             ("clients", `Int clients);
+                            ("depth", `Int depth);
                             ("consort_over_etcd_ops", `Float (rate c /. rate e));
                             ("consort_p99_ms", `Float c.p99);
                             ("etcd_p99_ms", `Float e.p99);
@@ -405,7 +409,7 @@ let probe_with bin system endpoint =
   | Unix.WEXITED 0, _ -> Ok ()
   | _, l -> Error (if l = "" then "no answer" else l)
 
-let measure_of_json system clients l =
+let measure_of_json system (clients, depth) l =
   match Yojson.Safe.from_string l with
   | `Assoc f ->
       let num k =
@@ -419,6 +423,7 @@ let measure_of_json system clients l =
           {
             system;
             clients;
+            depth;
             ops = int_of_float ops;
             failed = int_of_float failed;
             seconds = num "seconds";
@@ -429,7 +434,7 @@ let measure_of_json system clients l =
   | _ -> Not_measured ("driver: " ^ l)
   | exception Yojson.Json_error e -> Not_measured ("driver: " ^ e)
 
-let run_load bin ~system ~endpoints ~clients ~seconds ~warmup =
+let run_load bin ~system ~endpoints ~run:((clients, depth) as run) ~seconds ~warmup =
   let _, l =
     drive bin
       [
@@ -440,13 +445,15 @@ let run_load bin ~system ~endpoints ~clients ~seconds ~warmup =
         String.concat "," endpoints;
         "--clients";
         string_of_int clients;
+        "--depth";
+        string_of_int depth;
         "--seconds";
         Printf.sprintf "%gs" seconds;
         "--warmup";
         Printf.sprintf "%gs" warmup;
       ]
   in
-  measure_of_json system clients l
+  measure_of_json system run l
 
 let run_failover bin ~system ~endpoints ~pid =
   let _, l =
@@ -617,7 +624,8 @@ let loadavg () =
 
 exception Interrupted
 
-let rec run clients_list seconds warmup no_etcd save json =
+let rec run clients_list pipelined seconds warmup no_etcd save json =
+  let clients_list = List.map (fun c -> (c, 1)) clients_list @ pipelined in
   (* SIGINT or SIGTERM: the clusters started are stopped and their
      directories removed on the way out (once: the cleanup is not
      interrupted again). *)
@@ -635,7 +643,7 @@ let rec run clients_list seconds warmup no_etcd save json =
     Fmt.epr "consort bench kv: interrupted; the clusters it started are stopped@.";
     130
 
-and run_ clients_list seconds warmup no_etcd save json =
+and run_ (clients_list : (int * int) list) seconds warmup no_etcd save json =
   match Option.bind save Consort_cli.unwritable_dir with
   | Some m -> Consort_cli.fail "bench kv" "--save %s: %s" (Option.get save) m
   | None ->
@@ -647,11 +655,14 @@ and run_ clients_list seconds warmup no_etcd save json =
       Fmt.pr
         "Key-value store: consort kv (3 replicas, its TCP protocol) and etcd (3 members, gRPC), \
          both driven by one Go program (bench/kv/kvload: go.etcd.io/etcd/client/v3 v3.5.21 and a \
-         client of consort kv's protocol); %s clients, each a connection of its own and one \
-         operation at a time, %g s of warm-up then %g s measured; half puts of 100 bytes, half \
-         linearizable gets, 1000 keys; both fsync their log before answering (etcd by default, \
-         consort kv always); a run with any failed operation is discarded; data in %s@."
-        (String.concat " and " (List.map string_of_int clients_list))
+         client of consort kv's protocol); %s: N clients, each a connection of its own and one \
+         operation at a time; N x D pipelined, N connections each shared by D goroutines with one \
+         operation under way each (etcd: one clientv3 client per connection, its requests \
+         multiplexed over gRPC; consort: requests pipelined, answers matched by request number); \
+         %g s of warm-up then %g s measured; half puts of 100 bytes, half linearizable gets, 1000 \
+         keys; both fsync their log before answering (etcd by default, consort kv always); a run \
+         with any failed operation is discarded; data in %s@."
+        (String.concat ", " (List.map (fun r -> String.trim (shape r)) clients_list))
         warmup seconds (Filename.dirname dir);
       Fmt.pr "load average (1, 5, 15 min) at the start: %s@." load_start;
       let bin = kvload () in
@@ -673,9 +684,7 @@ and run_ clients_list seconds warmup no_etcd save json =
             | Ok () ->
                 List.map
                   (fun c ->
-                    ( c,
-                      run_load bin ~system:"consort" ~endpoints:listens ~clients:c ~seconds ~warmup
-                    ))
+                    (c, run_load bin ~system:"consort" ~endpoints:listens ~run:c ~seconds ~warmup))
                   clients_list)
       in
       let etcd_bin = if no_etcd then Error "--no-etcd" else install_etcd () in
@@ -691,8 +700,7 @@ and run_ clients_list seconds warmup no_etcd save json =
             | Error e -> not_measured ("3 members: " ^ e)
             | Ok () ->
                 List.map
-                  (fun c ->
-                    (c, run_load bin ~system:"etcd" ~endpoints:eps ~clients:c ~seconds ~warmup))
+                  (fun c -> (c, run_load bin ~system:"etcd" ~endpoints:eps ~run:c ~seconds ~warmup))
                   clients_list)
       in
       let pairs =
@@ -766,9 +774,10 @@ and run_ clients_list seconds warmup no_etcd save json =
           ( "workload",
             `String
               (Printf.sprintf
-                 "one Go driver for both; each client a connection, one operation at a time; half \
-                  puts of 100 bytes, half linearizable gets; 1000 keys; %g s warm-up, %g s \
-                  measured"
+                 "one Go driver for both; N clients: each a connection, one operation at a time; N \
+                  x D pipelined: N connections, D operations under way on each (etcd: goroutines \
+                  sharing a clientv3 client); half puts of 100 bytes, half linearizable gets; 1000 \
+                  keys; %g s warm-up, %g s measured"
                  warmup seconds) );
           ("durability", `String "both fsync their log before answering (etcd by default)");
           ( "etcd",
@@ -810,6 +819,25 @@ let cmd =
       & opt (list Consort_cli.positive_int) [ 8; 64 ]
       & info [ "clients" ] ~docv:"N,..." ~doc:"Concurrent clients, one run each.")
   in
+  let pipelined =
+    let depth =
+      let parse s =
+        match int_of_string_opt (String.trim s) with
+        | Some d when d >= 1 && d <= Consort_kv.Client.max_depth -> Ok d
+        | _ ->
+            Error (`Msg (Printf.sprintf "%S: a depth from 1 to %d" s Consort_kv.Client.max_depth))
+      in
+      Arg.conv ~docv:"D" (parse, Format.pp_print_int)
+    in
+    Arg.(
+      value
+      & opt (list (pair ~sep:'x' Consort_cli.positive_int depth)) [ (8, 8) ]
+      & info [ "pipelined" ] ~docv:"NxD,..."
+          ~doc:
+            "Pipelined runs, one each: N connections with D operations under way on each (Consort: \
+             pipelined requests; etcd: D goroutines sharing each clientv3 client). Beside the \
+             $(b,--clients) runs.")
+  in
   let seconds =
     Arg.(
       value
@@ -842,6 +870,6 @@ let cmd =
           killed.")
     Term.(
       ret
-        (const (fun c s w n sv j ->
-             match check_seconds s with `Ok s -> `Ok (run c s w n sv j) | `Error _ as e -> e)
-        $ clients $ seconds $ warmup $ no_etcd $ save $ json))
+        (const (fun c p s w n sv j ->
+             match check_seconds s with `Ok s -> `Ok (run c p s w n sv j) | `Error _ as e -> e)
+        $ clients $ pipelined $ seconds $ warmup $ no_etcd $ save $ json))

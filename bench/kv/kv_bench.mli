@@ -44,7 +44,8 @@ val wait_all :
 
 type measure = {
   system : string;
-  clients : int;
+  clients : int;  (** connections *)
+  depth : int;  (** operations under way on each connection (1: one client a connection) *)
   ops : int;  (** operations done in the measured time *)
   failed : int;  (** failed operations, warm-up included *)
   seconds : float;
@@ -59,9 +60,10 @@ val verdict : measure -> (measure, string) Stdlib.result
 (** [Error "discarded: ..."] for a run with any failed operation, or none done: such a run gives no
     figure and no ratio. *)
 
-val report : (int * outcome * outcome) list -> string list
-(** The lines for (clients, consort, etcd) runs: one per run (a figure, or why there is none), then
-    one ratio per number of clients, only where both runs hold. *)
+val report : ((int * int) * outcome * outcome) list -> string list
+(** The lines for ((clients, depth), consort, etcd) runs ("8 clients", "8 x 8 pipelined"): one per
+    run (a figure, or why there is none), then one ratio per number of clients, only where both runs
+    hold. *)
 
 type failover = { fname : string; blocked : (float, string) Stdlib.result }
 
@@ -69,7 +71,7 @@ val to_json :
   header:(string * Yojson.Safe.t) list ->
   load_start:string ->
   load_end:string ->
-  (int * outcome * outcome) list ->
+  ((int * int) * outcome * outcome) list ->
   failover list ->
   Yojson.Safe.t
 (** The results file: runs (figures only for those that hold), ratios, failover. *)

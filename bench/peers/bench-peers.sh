@@ -257,8 +257,10 @@ consort_part() { # round
     "$CONSORT" bench rtt --total --count "$RTT_COUNT" --warmup "$RTT_WARMUP" --rounds "$REPS" --json >"$WORK/consort-rtt.json" \
       2>"$WORK/consort-rtt.err" || skip "Consort round trip" "$(tail -1 "$WORK/consort-rtt.err")"
   fi
-  log "round $r: Consort: consort bench throughput --total --members 3 --senders 1,3 --reps 1"
-  "$CONSORT" bench throughput --total --members 3 --senders 1,3 --count "$TPUT_COUNT" --reps 1 --deadline "$DEADLINE" --json \
+  # Senders chosen by rank: the sequencer (rank 0) casts only in the 3-sender rows, where every
+  # member does; the 2-sender rows are total order from members that are not the sequencer.
+  log "round $r: Consort: consort bench throughput --total --members 3 --senders 1,2,3 --sender-not-sequencer --reps 1"
+  "$CONSORT" bench throughput --total --members 3 --senders 1,2,3 --sender-not-sequencer --count "$TPUT_COUNT" --reps 1 --deadline "$DEADLINE" --json \
     >"$WORK/consort-tput-$r.json" 2>"$WORK/consort-tput.err" || skip "Consort throughput, round $r" "$(tail -1 "$WORK/consort-tput.err")"
 }
 

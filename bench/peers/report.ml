@@ -272,12 +272,23 @@ let peer_tput results ~system ~label =
       })
     keys
 
-(* With one sender under Total (sequencer), whether the sender was the
-   sequencer changes what its casts wait for: the runs say how often. *)
+(* Under Total (sequencer), whether a sender was the sequencer changes
+   what its casts wait for: the runs say how often. With senders chosen
+   by rank ([consort bench throughput --sender-not-sequencer]), the
+   sequencer casts only when every member does. *)
 let sequencer_note kind row runs =
-  match (kind, member "senders" row, member "sender_first_runs" row) with
-  | "Total seq", Some (`Int 1), Some (`Int k) ->
-      Printf.sprintf "; the sender was the sequencer in %d of %d runs" k (List.length runs)
+  let n = List.length runs in
+  match
+    (kind, member "senders" row, member "sender_first_runs" row, member "sender_not_sequencer" row)
+  with
+  | "Total seq", Some (`Int s), Some (`Int k), Some (`Bool true) ->
+      Printf.sprintf
+        "; senders chosen by rank, not the sequencer (rank 0) unless all %s: the sequencer cast in \
+         %d of %d runs"
+        (if s = 1 then "(1 sender)" else Printf.sprintf "(%d senders)" s)
+        k n
+  | "Total seq", Some (`Int 1), Some (`Int k), _ ->
+      Printf.sprintf "; the sender was the sequencer in %d of %d runs" k n
   | _ -> ""
 
 let tput_rows results consort =
@@ -401,17 +412,28 @@ let tput_rows results consort =
             List.concat_map (fun r -> to_list (member "runs_slowest_messages_per_s" r)) rs
           in
           let ok = List.for_all (fun r -> member "ok" r = Some (`Bool true)) rs in
-          (* Runs in which member 0 (the one sender of a one-sender run) was
-             rank 0 of the view, Total's sequencer: its casts then wait for
-             no order. *)
+          (* Runs in which rank 0 of the view, Total's sequencer, cast (its
+             casts then wait for no order): the member says whether it cast
+             ("role"); in files without it, the first [senders] cast. *)
           let sender_first =
             List.length
               (List.filter
                  (fun r ->
+                   let senders = match member "senders" r with Some (`Int n) -> n | _ -> 1 in
                    List.exists
-                     (fun m -> member "index" m = Some (`Int 0) && member "rank" m = Some (`Int 0))
+                     (fun m ->
+                       member "rank" m = Some (`Int 0)
+                       &&
+                       match (member "role" m, member "index" m) with
+                       | Some (`String role), _ -> role = "sender+receiver"
+                       | None, Some (`Int i) -> i < senders
+                       | _ -> false)
                      (to_list (member "members" r)))
                  rs)
+          in
+          (* Senders chosen by rank in every run of the row. *)
+          let not_sequencer =
+            List.for_all (fun r -> member "sender_not_sequencer" r = Some (`Bool true)) rs
           in
           match List.hd rs with
           | `Assoc l ->
@@ -419,7 +441,12 @@ let tput_rows results consort =
                 (("runs_slowest_messages_per_s", `List runs)
                 :: ("ok", `Bool ok)
                 :: ("sender_first_runs", `Int sender_first)
-                :: List.filter (fun (n, _) -> n <> "runs_slowest_messages_per_s" && n <> "ok") l)
+                :: ("sender_not_sequencer", `Bool not_sequencer)
+                :: List.filter
+                     (fun (n, _) ->
+                       n <> "runs_slowest_messages_per_s"
+                       && n <> "ok" && n <> "sender_not_sequencer")
+                     l)
           | j -> j)
         keys
     in

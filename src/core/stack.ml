@@ -226,13 +226,21 @@ let same_header h k = h == k || try h = k with Invalid_argument _ -> false
    layers up to the first above that has fields (the fields [from] to
    [upto] of the frame); that one and those above it are pushed from
    their fields each time (Total's place, above Mnak in a stack with
-   Total, changes with every cast). *)
+   Total, changes with every cast of the sequencer), except that the
+   whole head last made is kept with every field above [from] it was made
+   from ([last_key], [last]): another member's cast under Total has the
+   same fields cast after cast, and a copy Mnak keeps then shares those
+   bytes instead of a new string each (which it kept until stable, so
+   the collector promoted it). *)
 type cache = {
   mutable key : int array;
   mutable bytes : Bytes.t;
   from : int;
   upto : int;
   mutable valid : bool;
+  mutable last_key : int array;
+  mutable last : Bytes.t;
+  mutable last_valid : bool;
 }
 
 let rec same_key c frame n k =
@@ -253,10 +261,15 @@ let refresh sel c nodes frame ~hi ~lo =
    copy a layer keeps holds no more than its headers until it is stable):
    those of [lo] to [hi] from the cache, then those of the layers above
    [hi] made from their fields. *)
+let rec same_last c frame n k =
+  k >= n || (frame.(c.from + k) = c.last_key.(k) && same_last c frame n (k + 1))
+
 let head_bytes sel c nodes frame ~hi ~lo =
   refresh sel c nodes frame ~hi ~lo;
   let top = Array.length nodes - 1 in
+  let n = Array.length frame - c.from in
   if hi >= top then c.bytes
+  else if c.last_valid && Array.length c.last_key = n && same_last c frame n 0 then c.last
   else begin
     let cached = Bytes.length c.bytes in
     let size = ref cached in
@@ -271,6 +284,10 @@ let head_bytes sel c nodes frame ~hi ~lo =
     for j = hi + 1 to top do
       match sel nodes.(j) with Some f -> pos := f.write frame f.off b !pos | None -> assert false
     done;
+    if Array.length c.last_key <> n then c.last_key <- Array.make n 0;
+    Array.blit frame c.from c.last_key 0 n;
+    c.last <- b;
+    c.last_valid <- true;
     b
   end
 
@@ -672,7 +689,18 @@ let fnode_of (type s h) (l : lane) i ~off ~split ~unpack ~(codec : h Codec.t) ~(
      above it, from the frame the case runs with: those from the layer
      [sp] up made from their fields, the others cached. *)
   let sp, upto = split in
-  let cache = { key = [||]; bytes = Bytes.empty; from = off + c.nfields; upto; valid = false } in
+  let cache =
+    {
+      key = [||];
+      bytes = Bytes.empty;
+      from = off + c.nfields;
+      upto;
+      valid = false;
+      last_key = [||];
+      last = Bytes.empty;
+      last_valid = false;
+    }
+  in
   let layered =
     {
       Layer.push = (fun m -> push_cached l.sel cache l.nodes (frame l) ~hi:(sp - 1) ~lo:(i + 1) m);

@@ -21,6 +21,7 @@ type w = {
   cb : unit -> unit;
   try_read : (unit -> bool) option;
   wait_read : (unit -> bool) option;
+  within : Time.t; (* the longest a [wait_read] may wait *)
   order : int;
   mutable active : bool;
 }
@@ -174,7 +175,9 @@ let update_only t =
   t.wskip <- 0;
   t.wbackoff <- 0
 
-let watch ?try_read ?wait_read t fd cb =
+let wait_quantum = 500_000
+
+let watch ?try_read ?wait_read ?(wait_within = wait_quantum) t fd cb =
   if Hashtbl.mem t.ws fd then invalid_arg "Loop.watch: descriptor already watched";
   let ep = match t.epfd with Some ep -> ep | None -> epoll_create () in
   (try epoll_ctl ep fd true
@@ -182,7 +185,16 @@ let watch ?try_read ?wait_read t fd cb =
      if Hashtbl.length t.ws = 0 then Unix.close ep;
      raise e);
   t.epfd <- Some ep;
-  Hashtbl.replace t.ws fd { fd; cb; try_read; wait_read; order = t.next_order; active = true };
+  Hashtbl.replace t.ws fd
+    {
+      fd;
+      cb;
+      try_read;
+      wait_read;
+      within = Int.max wait_quantum wait_within;
+      order = t.next_order;
+      active = true;
+    };
   t.next_order <- t.next_order + 1;
   update_only t
 
@@ -309,23 +321,22 @@ let read_early t wait =
   | _ -> false
 
 (* A loop that watches one descriptor with a [wait_read], no spin, and no
-   deadline within [wait_quantum], waits by reading it: [wait_read] blocks
-   until a datagram comes or at most [wait_quantum] (the socket's receive
-   timeout) has passed, and serves what came. One system call where the
-   wait in [epoll_wait] and the read after it are two. A deadline nearer
-   than the quantum is waited for by [epoll_wait] with the timer
-   descriptor, so a timer is never late for it. A [wait_read] that found
+   deadline within its [within], waits by reading it: [wait_read] blocks
+   until a datagram comes or at most [within] (the socket's receive
+   timeout as the kernel applies it: whole clock ticks) has passed, and
+   serves what came. One system call where the wait in [epoll_wait] and
+   the read after it are two. A deadline nearer than [within] is waited
+   for by [epoll_wait] with the timer descriptor, so a timer is never late
+   for it. A [wait_read] that found
    nothing (the quantum passed: the descriptor is idle) is followed by
    waits in the kernel (1, 2, 4, up to [max_backoff] of them, back to none
    once a [wait_read] finds something), so that an idle loop wakes at most
    once in [max_backoff] waits for nothing. [true] if the wait was made
    (the loop then fires its timers and comes back here). *)
-let wait_quantum = 500_000
-
 let read_waiting t wait =
   match t.only with
   | Some ({ wait_read = Some f; _ } as w)
-    when w.active && t.spin = 0 && (not t.pinned) && (wait < 0 || wait >= wait_quantum) ->
+    when w.active && t.spin = 0 && (not t.pinned) && (wait < 0 || wait >= w.within) ->
       if t.wskip > 0 then begin
         t.wskip <- t.wskip - 1;
         false

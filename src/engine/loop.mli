@@ -53,6 +53,7 @@ val timers : t -> int
 val watch :
   ?try_read:(unit -> bool) ->
   ?wait_read:(unit -> bool) ->
+  ?wait_within:Consort.Time.t ->
   t ->
   Unix.file_descr ->
   (unit -> unit) ->
@@ -69,15 +70,17 @@ val watch :
     them, back to none once a [try_read] finds something), so that a descriptor whose data never
     comes early costs at most one more system call in 64 waits. {!step} never calls it.
 
-    [wait_read] reads [fd], waiting at most {!wait_quantum} for something to come (a socket in
-    blocking mode with that receive timeout), serves what it read as [f] would, and says whether it
-    found anything. When [fd] is the only descriptor watched, the loop has no spin, its descriptor
-    was not given out ({!descriptor}) and no deadline is due within {!wait_quantum}, {!run} waits by
-    calling it instead of [epoll_wait] then [try_read] or [f]: one system call where a wait and a
-    read are two. A deadline within the quantum is waited for in the kernel, so timers are not late.
-    After a [wait_read] that found nothing, the next waits go to the kernel (1, 2, 4, up to 64 of
-    them, back to none once a [wait_read] finds something): an idle descriptor costs at most one
-    wake-up for nothing in 64 waits.
+    [wait_read] reads [fd], waiting at most [wait_within] (default and least {!wait_quantum}) for
+    something to come (a socket in blocking mode with a receive timeout: the kernel keeps it in
+    whole clock ticks and may wait one tick more, so a socket's [wait_within] is two of the ticks
+    its timeout was rounded up to), serves what it read as [f] would, and says whether it found
+    anything. When [fd] is the only descriptor watched, the loop has no spin, its descriptor was not
+    given out ({!descriptor}) and no deadline is due within [wait_within], {!run} waits by calling
+    it instead of [epoll_wait] then [try_read] or [f]: one system call where a wait and a read are
+    two. A deadline within [wait_within] is waited for in the kernel, so timers are not late. After
+    a [wait_read] that found nothing, the next waits go to the kernel (1, 2, 4, up to 64 of them,
+    back to none once a [wait_read] finds something): an idle descriptor costs at most one wake-up
+    for nothing in 64 waits.
     @raise Invalid_argument if [fd] is already watched.
     @raise Unix.Unix_error if [fd] cannot be watched (a regular file). *)
 
@@ -138,7 +141,8 @@ val timer_arms : t -> int
     passed. *)
 
 val wait_quantum : Consort.Time.t
-(** The longest a [wait_read] ({!watch}) may wait: 500 us. *)
+(** The receive timeout a descriptor read by a [wait_read] ({!watch}) asks for: 500 us (the kernel
+    rounds it up to a clock tick). *)
 
 val wait_reads : t -> int
 (** The number of [wait_read]s ({!watch}) that found something, since [t] was created. *)

@@ -325,16 +325,26 @@ let deliver c ~group l i len src =
    twice as many as the last call got (at least [min_batch]), or twice as
    many as it asked for when it got them all; so that a lone datagram (a
    round trip) does not pay for preparing [nslots] slots, and a burst soon
-   gets them all. [last] is the socket's kernel drop counter as last seen. *)
+   gets them all. A call that got one datagram alone makes the next
+   [lone_run] calls ask for one: a call that asks for more and gets one
+   makes the kernel try again for the second and find nothing, in every
+   round trip; a call for one that got it is followed by none (what else
+   came is read by the next wait, at once), and after [lone_run] of them
+   the next call asks for [min_batch] again, so that a burst is soon read
+   in batches. [last] is the socket's kernel drop counter as last seen. *)
 let min_batch = 4
+let lone_run = 4
 let receive_calls_made = ref 0
+let single_calls_made = ref 0
 let receive_calls () = !receive_calls_made
+let single_receive_calls () = !single_calls_made
 
 (* A function of its own, not a closure made for each read. *)
-let rec round c ~group ~wait fd last batch l budget =
+let rec round c ~group ~wait fd last batch lone l budget =
   if budget > 0 && not c.closed then begin
     let ask = Int.min !batch budget in
     incr receive_calls_made;
+    if ask = 1 then incr single_calls_made;
     match
       if wait then c_recvmmsg_into_wait fd l.bufs l.offs slot ask l.results
       else c_recvmmsg_into fd l.bufs l.offs slot ask l.results
@@ -356,34 +366,42 @@ let rec round c ~group ~wait fd last batch l budget =
           deliver c ~group l !i l.results.(2 * !i) l.results.((2 * !i) + 1);
           incr i
         done;
-        if r = ask then begin
+        if r = 1 && ask = 1 then begin
+          if !lone > 0 then decr lone else batch := min_batch
+        end
+        else if r = ask then begin
           batch := Int.min nslots (Int.max !batch (2 * ask));
-          ignore (round c ~group ~wait:false fd last batch l (budget - r) : bool)
+          ignore (round c ~group ~wait:false fd last batch lone l (budget - r) : bool)
+        end
+        else if r = 1 then begin
+          batch := 1;
+          lone := lone_run
         end
         else if r > 0 then batch := Int.min nslots (Int.max min_batch (2 * r));
         r > 0
   end
   else false
 
-let receive c ~group ~wait fd last batch l = round c ~group ~wait fd last batch l (rounds * nslots)
+let receive c ~group ~wait fd last batch lone l =
+  round c ~group ~wait fd last batch lone l (rounds * nslots)
 
 (* The readers of [fd] for the loop: when readable, without a wait
    ({!Loop.watch}'s [try_read]), and waiting at most the socket's receive
    timeout ([wait_read]; the socket in blocking mode, every other call on
    it with MSG_DONTWAIT). *)
 let reader c ~group fd =
-  let last = ref 0 and batch = ref min_batch in
+  let last = ref 0 and batch = ref min_batch and lone = ref 0 in
   let read wait =
     if !landing_busy then begin
       let l = make_landing () in
       Fun.protect
         ~finally:(fun () -> release_landing l)
-        (fun () -> receive c ~group ~wait fd last batch l)
+        (fun () -> receive c ~group ~wait fd last batch lone l)
     end
     else begin
       (* The common case, without the closures of [Fun.protect]. *)
       landing_busy := true;
-      match receive c ~group ~wait fd last batch (Lazy.force shared_landing) with
+      match receive c ~group ~wait fd last batch lone (Lazy.force shared_landing) with
       | got ->
           landing_busy := false;
           got
@@ -418,6 +436,10 @@ let open_with ?(pool = Pool.default) loop addr f =
            call on [fd] says MSG_DONTWAIT. *)
         Unix.clear_nonblock fd;
         Unix.setsockopt_float fd Unix.SO_RCVTIMEO (Time.to_sec Loop.wait_quantum);
+        (* The kernel keeps the timeout in whole clock ticks (500 us is one
+           tick: 4 ms at 250 Hz) and reports what it kept; a read may wait
+           up to one tick more. *)
+        let within = 2 * Time.of_sec (Unix.getsockopt_float fd Unix.SO_RCVTIMEO) in
         let rcvbuf = set_buffer fd true in
         let sndbuf = set_buffer fd false in
         (try c_count_overflow fd with Unix.Unix_error _ -> ());
@@ -427,7 +449,7 @@ let open_with ?(pool = Pool.default) loop addr f =
           | Unix.ADDR_INET (a, p) -> make_address (ip_of_inet_addr a) p
           | Unix.ADDR_UNIX _ -> addr
         in
-        (local, rcvbuf, sndbuf)
+        (local, rcvbuf, sndbuf, within)
       in
       match setup () with
       | exception Unix.Unix_error (e, fn, _) ->
@@ -437,7 +459,7 @@ let open_with ?(pool = Pool.default) loop addr f =
             | Unix.EADDRINUSE -> `Address_in_use name
             | Unix.EADDRNOTAVAIL | Unix.EINVAL | Unix.EAFNOSUPPORT -> `Bad_address name
             | e -> system e fn)
-      | local, rcvbuf, sndbuf ->
+      | local, rcvbuf, sndbuf, within ->
           let c =
             {
               loop;
@@ -457,7 +479,7 @@ let open_with ?(pool = Pool.default) loop addr f =
           in
           c.handler <- f c;
           let on_readable, try_read, wait_read = reader c ~group:false fd in
-          Loop.watch ~try_read ~wait_read loop fd on_readable;
+          Loop.watch ~try_read ~wait_read ~wait_within:within loop fd on_readable;
           Log.debug (fun m -> m "opened %a" pp_address local);
           Ok c)
 

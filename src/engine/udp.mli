@@ -51,7 +51,13 @@ val is_closed : connection -> bool
 val receive_calls : unit -> int
 (** The [recvmmsg] calls made in this process so far. Each asks for twice as many datagrams as the
     last one got (at least 4, at most 64), or twice as many as it asked for when it got them all: a
-    lone datagram does not pay for preparing 64 slots, and a burst soon takes 64 a call. *)
+    lone datagram does not pay for preparing 64 slots, and a burst soon takes 64 a call. A call that
+    got one datagram alone makes the next 4 ask for one ({!single_receive_calls}), and a call for
+    one that got it is followed by none: in a round trip, the kernel does not look for a second
+    datagram after each first. *)
+
+val single_receive_calls : unit -> int
+(** The [recvmmsg] calls made in this process so far that asked for one datagram. *)
 
 val receive_pool_stats : unit -> Consort.Pool.stats
 (** The pool the 64 KiB receive slots come from, in this process: a slot whose datagram is kept is

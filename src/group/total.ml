@@ -129,6 +129,7 @@ module L : sig
     proto : protocol;
     n : int;
     me : int;
+    srcs : Consort.Event.src array;
     pending : Pend.t array;
     runs : run Queue.t;
     unsent : int array;
@@ -234,6 +235,7 @@ end = struct
     proto : protocol;
     n : int;
     me : int;
+    srcs : Event.src array; (* [Cast_from o] by origin: a delivery allocates none *)
     pending : Pend.t array;
     (* per origin, in FIFO order: casts received without a place
            (sequencer: not yet delivered; token: cast at a flush) *)
@@ -293,6 +295,7 @@ end = struct
       proto;
       n;
       me;
+      srcs = Array.init n (fun o -> Event.Cast_from o);
       pending = Array.init n (fun _ -> Pend.create ());
       runs = Queue.create ();
       unsent = Array.make n 0;
@@ -331,7 +334,7 @@ end = struct
 
   let valid t r = r >= 0 && r < t.n
   let sequencer = 0
-  let deliver t o msg = t.out.up (Event.Cast_from o) msg
+  let deliver t o msg = t.out.up t.srcs.(o) msg
 
   (* What waits here for its place is bounded: over [total.held] bytes,
      this member stops returning flow control credit (Mflow) for the
@@ -377,17 +380,19 @@ end = struct
      updated before each delivery: the application may cast from inside
      it, which re-enters here. *)
   let rec seq_deliver t =
-    if not t.stopped then
-      match Queue.peek_opt t.runs with
-      | Some r when not (Pend.is_empty t.pending.(r.origin)) ->
-          let m = Pend.pop t.pending.(r.origin) in
-          held t (-Msg.length m);
-          r.left <- r.left - 1;
-          if r.left = 0 then ignore (Queue.pop t.runs);
-          t.ordered <- t.ordered + 1;
-          deliver t r.origin m;
-          seq_deliver t
-      | _ -> ()
+    if (not t.stopped) && not (Queue.is_empty t.runs) then begin
+      let r = Queue.peek t.runs in
+      let q = t.pending.(r.origin) in
+      if not (Pend.is_empty q) then begin
+        let m = Pend.pop q in
+        held t (-Msg.length m);
+        r.left <- r.left - 1;
+        if r.left = 0 then ignore (Queue.pop t.runs);
+        t.ordered <- t.ordered + 1;
+        deliver t r.origin m;
+        seq_deliver t
+      end
+    end
 
   (* A cast from [o] to order: noted under its origin. The casts of one
      origin waiting together are ordered together, in their FIFO order:
@@ -434,8 +439,7 @@ end = struct
      is its origin's and nothing of that origin waits) is delivered at once,
      without being held; then what the order says next, as far as it can. *)
   let in_turn t o =
-    Pend.is_empty t.pending.(o)
-    && match Queue.peek_opt t.runs with Some r -> r.origin = o | None -> false
+    Pend.is_empty t.pending.(o) && (not (Queue.is_empty t.runs)) && (Queue.peek t.runs).origin = o
 
   let take_turn t =
     let r = Queue.peek t.runs in
@@ -797,15 +801,17 @@ module F = struct
       framed = false;
       size =
         (fun a off ->
-          if is_order a off then
+          (* [is_order] inline: the stack sums the sizes above a layer for
+             each cast. *)
+          if a.(off + 1) = 0 && a.(off + 2) = 0 && a.(off + 3) = 0 then
+            if a.(off) = 0 then 1 else 1 + Codec.varint_size ((a.(off) - 1) / 2)
+          else
             2
             + Codec.varint_size a.(off)
             + Codec.varint_size a.(off + 1)
             +
             if a.(off + 2) = 0 && a.(off + 3) = 0 then 0
-            else Codec.varint_size a.(off + 2) + Codec.varint_size a.(off + 3)
-          else if a.(off) = 0 then 1
-          else 1 + Codec.varint_size ((a.(off) - 1) / 2));
+            else Codec.varint_size a.(off + 2) + Codec.varint_size a.(off + 3));
       dn_ok =
         (fun t dst _ ->
           (not t.stopped) && dst == Event.Cast

@@ -5,6 +5,7 @@ type t = {
   mutable cur : int;
   mutable conn : Unix.file_descr option;
   timeout : float;
+  mutable slots : int64 array; (* the client ids of a pipeline's requests under way *)
 }
 
 let random_id () =
@@ -31,7 +32,8 @@ let create ?(timeout = 15.) servers =
   match parse [] servers with
   | Error e -> Error e
   | Ok [||] -> Error "--servers: no server given"
-  | Ok servers -> Ok { servers; id = random_id (); req = 0; cur = 0; conn = None; timeout }
+  | Ok servers ->
+      Ok { servers; id = random_id (); req = 0; cur = 0; conn = None; timeout; slots = [||] }
 
 let close t =
   Option.iter (fun fd -> try Unix.close fd with Unix.Unix_error _ -> ()) t.conn;
@@ -157,3 +159,151 @@ let call t op =
     end
   in
   attempt 0 false "no server answered"
+
+type item = Op of Op.t * (Wire.outcome -> unit) | Note of (unit -> unit)
+
+(* A request of a pipeline: sent (under way) until its outcome comes. *)
+type entry = {
+  item : item;
+  mutable outcome : Wire.outcome option;
+  mutable slot : int; (* its client id's index in [slots], while under way; -1 otherwise *)
+  mutable deadline : float;
+}
+
+let max_depth = Server.max_pipeline
+
+let pipeline ?(depth = 8) t next =
+  let depth = max 1 (min max_depth depth) in
+  (* One client id per request under way: the replicas' deduplication
+     table keeps each client's last request only. *)
+  if Array.length t.slots < depth then
+    t.slots <-
+      Array.init depth (fun i -> if i < Array.length t.slots then t.slots.(i) else random_id ());
+  let free = ref (List.init depth Fun.id) in
+  let order = Queue.create () (* every entry not yet handed back, in order *)
+  and under_way = Hashtbl.create depth (* request number -> entry *)
+  and input = Buffer.create 4096
+  and b = Bytes.create 65536 in
+  let settle e o =
+    e.outcome <- Some o;
+    if e.slot >= 0 then free := e.slot :: !free;
+    e.slot <- -1
+  in
+  (* The entries at the front that have their outcome, in order. *)
+  let rec hand_back () =
+    match Queue.peek_opt order with
+    | Some { item = Note f; _ } ->
+        ignore (Queue.pop order);
+        f ();
+        hand_back ()
+    | Some { item = Op (_, k); outcome = Some o; _ } ->
+        ignore (Queue.pop order);
+        k o;
+        hand_back ()
+    | _ -> ()
+  in
+  let next_server () =
+    close t;
+    t.cur <- (t.cur + 1) mod Array.length t.servers
+  in
+  (* The connection is lost: every request under way may or may not have
+     taken effect. *)
+  let lose why =
+    let why = Printf.sprintf "%s: %s" (fst t.servers.(t.cur)) why in
+    Hashtbl.iter (fun _ e -> settle e (Wire.Unknown why)) under_way;
+    Hashtbl.reset under_way;
+    Buffer.clear input;
+    next_server ()
+  in
+  (* Sends [e]'s request, trying each server once; refused if none takes it. *)
+  let send e op =
+    let frame_for slot =
+      t.req <- t.req + 1;
+      (t.req, Wire.frame_request { Wire.client = t.slots.(slot); req = t.req; op })
+    in
+    let rec attempt tries last =
+      if tries >= Array.length t.servers then settle e (Wire.Refused last)
+      else
+        match connect t (Unix.gettimeofday () +. t.timeout) with
+        | Error why ->
+            next_server ();
+            attempt (tries + 1) why
+        | Ok fd -> (
+            match !free with
+            | [] -> assert false (* at most [depth] entries are waiting *)
+            | slot :: rest -> (
+                let req, frame = frame_for slot in
+                match write_all fd frame 0 with
+                | () ->
+                    free := rest;
+                    e.slot <- slot;
+                    e.deadline <- Unix.gettimeofday () +. t.timeout;
+                    Hashtbl.replace under_way req e
+                | exception Unix.Unix_error (err, _, _) ->
+                    (* Never decoded in part: this request did not go out. *)
+                    let why = Unix.error_message err in
+                    lose why;
+                    attempt (tries + 1) why))
+    in
+    attempt 0 "no server answered"
+  in
+  (* The replies already read; [Error] if the connection must be dropped. *)
+  let rec take () =
+    match Wire.read_frame input with
+    | Error e -> Error e
+    | Ok None -> Ok ()
+    | Ok (Some f) -> (
+        match Wire.decode_reply f with
+        | Error e -> Error ("bad reply: " ^ e)
+        | Ok r ->
+            let rreq = r.Wire.rreq in
+            (match Hashtbl.find_opt under_way rreq with
+            | Some e ->
+                Hashtbl.remove under_way rreq;
+                settle e r.outcome
+            | None -> (* a late reply to a request given up *) ());
+            take ())
+  in
+  (* Reads what comes within [wait] seconds (at most until the earliest
+     deadline of the requests under way). *)
+  let receive wait =
+    match t.conn with
+    | None -> ()
+    | Some fd -> (
+        let now = Unix.gettimeofday () in
+        let soonest = Hashtbl.fold (fun _ e acc -> min acc e.deadline) under_way infinity in
+        if soonest <= now then lose "timeout"
+        else
+          match Unix.select [ fd ] [] [] (max 0. (min wait (soonest -. now))) with
+          | [], _, _ -> if wait > 0. && Unix.gettimeofday () >= soonest then lose "timeout"
+          | _ -> (
+              match Unix.read fd b 0 (Bytes.length b) with
+              | 0 -> lose "connection closed by the server"
+              | n -> (
+                  Buffer.add_subbytes input b 0 n;
+                  match take () with Ok () -> () | Error e -> lose e)
+              | exception Unix.Unix_error (e, _, _) -> lose (Unix.error_message e))
+          | exception Unix.Unix_error (Unix.EINTR, _, _) -> ())
+  in
+  let rec go ended =
+    hand_back ();
+    if (not ended) && Queue.length order < depth then begin
+      (* Answers that came meanwhile go back before the next item is asked for. *)
+      if Hashtbl.length under_way > 0 then begin
+        receive 0.;
+        hand_back ()
+      end;
+      match next () with
+      | None -> go true
+      | Some item ->
+          let e = { item; outcome = None; slot = -1; deadline = infinity } in
+          Queue.push e order;
+          (match item with Op (op, _) -> send e op | Note _ -> ());
+          go false
+    end
+    else if Hashtbl.length under_way > 0 then begin
+      receive infinity;
+      go ended
+    end
+  in
+  go false

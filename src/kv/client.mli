@@ -16,3 +16,30 @@ val create : ?timeout:float -> string list -> (t, string) result
 
 val call : t -> Op.t -> Wire.outcome
 val close : t -> unit
+
+(** {1 Pipelining} *)
+
+type item =
+  | Op of Op.t * (Wire.outcome -> unit)  (** a request, and what to do with its outcome *)
+  | Note of (unit -> unit)  (** nothing to send: called when its turn comes *)
+
+val max_depth : int
+(** {!Server.max_pipeline} (32): what a replica takes under way on one connection. *)
+
+val pipeline : ?depth:int -> t -> (unit -> item option) -> unit
+(** [pipeline t next] sends the requests [next] gives on one connection without waiting for their
+    answers, with at most [depth] (default 8, between 1 and {!max_depth}) items taken from [next]
+    and not yet handed back; it calls each item's function once, in the order [next] gave them
+    (answers that come out of order wait for the ones before), and returns once [next] gave [None]
+    and every item is handed back. Answers are matched to requests by request number; each request
+    under way has a client id of its own (a replica's deduplication table keeps one request per
+    client). A replica keeps a connection's order: a request is ordered after every write sent
+    before it on the connection (so a get sees the put pipelined before it).
+
+    Errors are per request, and nothing is retried: a refusal is [Refused]; when the connection is
+    lost or a request's answer is later than [timeout] after it was sent, every request under way on
+    it is [Unknown] (it may or may not have taken effect) and the items after it go to the next
+    server; a request that no server took (each tried once) is [Refused].
+
+    Writes to a connection the server closed raise SIGPIPE: the caller ignores it (the command line
+    does). *)

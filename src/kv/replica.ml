@@ -87,6 +87,10 @@ struct
     mutable committed : int;
     mutable sync_timer : T.timer option;
     mutable syncing : bool; (* an fsync of the log runs *)
+    mutable dirty_from : int option;
+        (* the first order applied since the last fsync started after which the log had
+           something to write: the orders before it are on disk once that fsync returns (read
+           markers write nothing) *)
     fsync : fsync_runner;
     mutable flush_timer : T.timer option;
     mutable dead : bool;
@@ -416,16 +420,28 @@ struct
      fsync runs but read requests, which wait in the kernel and come in
      together after it: its fsync runs here, without the hand-off to the
      [fsync] runner and back (a thread's wake-up each way in kv serve, the
-     cost that made one replica slower with group commit than without). *)
+     cost that made one replica slower with group commit than without).
+     The read markers applied while it ran, up to the first order that
+     wrote to the log, are on disk when it returns (they write nothing):
+     they are acknowledged with it, so that a read waits for no fsync of a
+     write ordered after its marker. *)
   and start_sync t =
     let v = view t in
     let vid = v.vid and covers = t.delivered in
+    t.dirty_from <- None;
     match Store.sync_start t.store with
     | exception Store_intf.Failed e -> fail_stop t e
     | f ->
         let finish outcome =
           t.syncing <- false;
           if (not t.dead) && durably t (fun () -> Store.sync_finish t.store outcome) then begin
+            let covers =
+              if (view t).vid <> vid then covers
+              else
+                match t.dirty_from with
+                | None -> max covers t.delivered
+                | Some d -> max covers (min t.delivered (d - 1))
+            in
             let acked =
               if (view t).vid <> vid || covers <= t.acked then true
               else if send_ack t covers then begin
@@ -558,6 +574,7 @@ struct
     Option.iter T.cancel t.flush_timer;
     t.flush_timer <- None;
     t.delivered <- 0;
+    t.dirty_from <- None;
     t.acked <- 0;
     t.committed <- 0;
     t.epoch_next <- None;
@@ -748,6 +765,7 @@ struct
         | _ -> ())
     | _ -> ());
     t.delivered <- batch;
+    if t.dirty_from = None && Store.dirty t.store then t.dirty_from <- Some batch;
     check_early t;
     schedule_sync t
 
@@ -851,6 +869,7 @@ struct
             committed = 0;
             sync_timer = None;
             syncing = false;
+            dirty_from = None;
             fsync;
             flush_timer = None;
             dead = false;

@@ -27,5 +27,8 @@ val run : ?on_ready:(unit -> unit) -> config -> (unit, string) result
     acknowledging, refuses its clients ([disk full], [io-error: ...]), leaves the group and returns
     (the command exits 2). *)
 
+val max_pipeline : int
+(** [32]: the requests a connection may have under way; the server reads no more of it meanwhile. *)
+
 val parse_addr : string -> (Unix.sockaddr, string) result
 (** [parse_addr "127.0.0.1:7000"]. *)

@@ -38,6 +38,9 @@ type st = {
   mutable dsack_round : Tcp_seq.t option;  (** RACK.dsack_round *)
   mutable persist : int;  (** RACK.reo_wnd_persist *)
   mutable inflight : int;  (** bytes of records neither delivered nor lost *)
+  mutable nlost : int;  (** records marked lost and not delivered *)
+  mutable lost_from : Tcp_seq.t;
+      (** while [nlost > 0], no record marked lost and not delivered starts below it *)
   spare : seg array;  (** records acknowledged, for the next ones sent (no garbage per segment) *)
   mutable nspare : int;
 }
@@ -78,6 +81,8 @@ let make () =
     dsack_round = None;
     persist = 0;
     inflight = 0;
+    nlost = 0;
+    lost_from = Tcp_seq.zero;
     spare = Array.make 16 dummy;
     nspare = 0;
   }
@@ -88,7 +93,8 @@ let clear_st t =
   t.hi <- 0;
   t.have_rack <- false;
   t.have_fack <- false;
-  t.inflight <- 0
+  t.inflight <- 0;
+  t.nlost <- 0
 
 let segments_st t = t.hi - t.lo
 
@@ -98,6 +104,16 @@ let steps = ref 0
 let work () = !steps
 let size g = Tcp_seq.sub g.e g.s
 let counted g = not (g.delivered || g.lost)
+
+(* A record not delivered is marked lost, or no longer. *)
+let mark_lost t g =
+  if t.nlost = 0 || Tcp_seq.lt g.s t.lost_from then t.lost_from <- g.s;
+  t.nlost <- t.nlost + 1;
+  g.lost <- true
+
+let unmark t g =
+  t.nlost <- t.nlost - 1;
+  g.lost <- false
 
 (* The first record at or after [i] not delivered, jumping over delivered
    runs and remembering the jump. *)
@@ -140,6 +156,7 @@ let insert t i x =
 let split t i at =
   let g = t.segs.(i) in
   let upper = { g with s = at } in
+  if g.lost && not g.delivered then t.nlost <- t.nlost + 1;
   g.e <- at;
   g.fin <- false;
   g.skip <- 1;
@@ -189,7 +206,10 @@ let sent_st ~fin t ~seq ~end_ ~now =
         while !i < t.hi && Tcp_seq.lt t.segs.(!i).s end_ do
           let g = t.segs.(!i) in
           if Tcp_seq.gt g.e end_ then split t !i end_;
-          if g.lost && not g.delivered then t.inflight <- t.inflight + size g;
+          if g.lost && not g.delivered then begin
+            t.inflight <- t.inflight + size g;
+            unmark t g
+          end;
           g.xmit <- now;
           g.order <- order;
           g.rexmit <- true;
@@ -216,6 +236,7 @@ let sent_st ~fin t ~seq ~end_ ~now =
    original was acknowledged. *)
 let delivered ?echoed t g ~now =
   if counted g then t.inflight <- t.inflight - size g;
+  if g.lost then t.nlost <- t.nlost - 1;
   g.delivered <- true;
   let rtt = now - g.xmit in
   if
@@ -324,7 +345,7 @@ let detect_st t ~now ~reo_wnd =
           let remaining = g.xmit + t.r_rtt + reo_wnd - now in
           if remaining <= 0 then begin
             t.inflight <- t.inflight - size g;
-            g.lost <- true;
+            mark_lost t g;
             incr n
           end
           else timeout := Some (match !timeout with Some x -> max x remaining | None -> remaining)
@@ -337,7 +358,8 @@ let detect_st t ~now ~reo_wnd =
 let mark_all_lost_st t =
   let i = ref (live t t.lo) in
   while !i < t.hi do
-    t.segs.(!i).lost <- true;
+    let g = t.segs.(!i) in
+    if not g.lost then mark_lost t g;
     i := live t (!i + 1)
   done;
   t.inflight <- 0
@@ -347,20 +369,30 @@ let unmark_lost_st t =
   while !i < t.hi do
     let g = t.segs.(!i) in
     if g.lost && not g.delivered then begin
-      g.lost <- false;
+      unmark t g;
       t.inflight <- t.inflight + size g
     end;
     i := live t (!i + 1)
   done
 
+(* Asked at every ACK of a recovery: with none marked lost, no walk; else
+   from [lost_from] (where the last answer was, or lower if a record below
+   was marked since), so that a recovery walks from hole to hole once, not
+   over the whole flight at every ACK. *)
 let next_lost_st t =
   let rec go i =
     if i >= t.hi then None
     else
       let g = t.segs.(i) in
-      if g.lost then Some (g.s, Tcp_seq.sub g.e g.s) else go (live t (i + 1))
+      if g.lost then begin
+        t.lost_from <- g.s;
+        Some (g.s, Tcp_seq.sub g.e g.s)
+      end
+      else go (live t (i + 1))
   in
-  go (live t t.lo)
+  if t.nlost <= 0 || t.lo >= t.hi then None
+  else if Tcp_seq.leq t.lost_from t.segs.(t.lo).s then go (live t t.lo)
+  else go (live t (find t t.lost_from))
 
 let is_lost_st t s =
   let i = find t s in

@@ -67,7 +67,9 @@ val unmark_lost : t -> unit
     found lost by time if it is. *)
 
 val next_lost : t -> (Tcp_seq.t * int) option
-(** The lowest segment marked lost and not retransmitted since. *)
+(** The lowest segment marked lost and not retransmitted since. Asked at every ACK of a recovery: no
+    walk when none is marked (they are counted), else a walk from where the last answer was (or from
+    a lower segment marked since). *)
 
 val is_lost : t -> Tcp_seq.t -> bool
 (** [is_lost t s] holds when the segment holding [s] is marked lost. *)

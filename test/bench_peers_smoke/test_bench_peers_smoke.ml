@@ -406,10 +406,12 @@ let report () =
   write (Filename.concat d "results.txt") results;
   write (Filename.concat d "consort-rtt.json") ("Round trip table\n" ^ consort_rtt ^ "\n");
   write (Filename.concat d "consort-tput.json") consort_tput;
-  (* Another round of Consort's throughput: its runs join the same row. *)
+  (* Another round of Consort's throughput: its runs join the same row.
+     Its 2-sender Total row chose its senders by rank (processes 0 and 2,
+     ranks 1 and 2: not the sequencer, process 1). *)
   write
     (Filename.concat d "consort-tput-2.json")
-    {|{"bench":"throughput","rows":[{"kind":"vsync FIFO","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[80000],"members":[]},{"kind":"Total seq","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[40000],"members":[{"index":0,"rank":2},{"index":1,"rank":0}]}]}|};
+    {|{"bench":"throughput","rows":[{"kind":"vsync FIFO","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[80000],"members":[]},{"kind":"Total seq","senders":1,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[40000],"members":[{"index":0,"rank":2},{"index":1,"rank":0}]},{"kind":"Total seq","senders":2,"bytes":1024,"count":100,"ok":true,"runs_slowest_messages_per_s":[30000],"members":[{"index":0,"role":"sender+receiver","rank":1},{"index":1,"role":"receiver","rank":0},{"index":2,"role":"sender+receiver","rank":2}],"sender_not_sequencer":true,"sequencer_index":1,"sender_indexes":[0,2],"sequencer_cast":false}]}|};
   write (Filename.concat d "skipped.tsv") "Something\tnot here\n";
   let out = Filename.concat d "out.json" in
   let svg = Filename.concat d "out.svg" in
@@ -457,6 +459,17 @@ let report () =
     "total, 1 sender: how often the sender was the sequencer" true
     (let c = str (assoc "checks" (trow "Consort Total seq" "loopback")) in
      let sub = "the sender was the sequencer in 1 of 2 runs" in
+     let n = String.length c and k = String.length sub in
+     let rec go i = i + k <= n && (String.sub c i k = sub || go (i + 1)) in
+     go 0);
+  (* Senders chosen by rank: the row says so, and that the sequencer (a
+     member that did not cast, though index 1 < 2 senders) did not cast. *)
+  Alcotest.(check bool)
+    "total, 2 senders by rank: the sequencer did not cast" true
+    (let c = str (assoc "checks" (trow ~senders:2 "Consort Total seq" "loopback")) in
+     let sub =
+       "not the sequencer (rank 0) unless all (2 senders): the sequencer cast in 0 of 1 runs"
+     in
      let n = String.length c and k = String.length sub in
      let rec go i = i + k <= n && (String.sub c i k = sub || go (i + 1)) in
      go 0);

@@ -283,6 +283,48 @@ let throughput_total () =
       end)
     rows
 
+(* Senders chosen by rank ([--sender-not-sequencer]): with 1 and 2 senders
+   of 3, the members that cast are those of the highest ranks, never rank
+   0 (Total's sequencer), whichever process that is; every member delivers
+   every cast of exactly those, in one order. *)
+let throughput_not_sequencer () =
+  let stacks = [ ("Total seq", "vsync,Total", "total.protocol=sequencer") ] in
+  let rows =
+    get
+      (B.Throughput.run ~exe:(exe ()) ~count:300 ~senders:[ 1; 2 ] ~stacks ~not_sequencer:true
+         ~deadline:10. ~reps:1 ())
+  in
+  Alcotest.(check (list (pair string int)))
+    "rows"
+    [ ("raw UDP", 1); ("Total seq", 1); ("Total seq", 2) ]
+    (List.map (fun r -> (r.B.Throughput.kind, r.B.Throughput.senders)) rows);
+  List.iter
+    (fun r ->
+      if r.B.Throughput.kind <> "raw UDP" then begin
+        Alcotest.(check bool) "every delivery checked and right, one order" true r.ok;
+        Alcotest.(check bool) "chosen by rank" true r.not_sequencer;
+        let rank m = Option.bind (List.assoc_opt "rank" m.B.Throughput.detail) int_of_string_opt in
+        let casters = B.Throughput.casters r in
+        Alcotest.(check int) "as many cast as asked" r.senders (List.length casters);
+        Alcotest.(check bool) "rank 0 is known" true (B.Throughput.sequencer r <> None);
+        Alcotest.(check bool) "the sequencer did not cast" false (B.Throughput.sequencer_cast r);
+        List.iter
+          (fun m ->
+            Alcotest.(check bool)
+              "the casters are the highest ranks" true
+              (match rank m with Some k -> k >= 3 - r.senders | None -> false);
+            Alcotest.(check int) "all delivered" (300 * r.senders) m.B.Throughput.received)
+          casters;
+        let json = B.Throughput.to_json [ r ] in
+        Alcotest.(check bool)
+          "the JSON says who cast" true
+          (let sub = "\"sender_not_sequencer\":true" in
+           let n = String.length json and k = String.length sub in
+           let rec go i = i + k <= n && (String.sub json i k = sub || go (i + 1)) in
+           go 0)
+      end)
+    rows
+
 let () =
   Alcotest.run "bench_smoke"
     [
@@ -301,6 +343,8 @@ let () =
           Alcotest.test_case "round trips" `Quick rtt;
           Alcotest.test_case "throughput" `Quick throughput;
           Alcotest.test_case "throughput with Total" `Quick throughput_total;
+          Alcotest.test_case "throughput with Total, senders not the sequencer" `Quick
+            throughput_not_sequencer;
           Alcotest.test_case "round trips with Total" `Quick rtt_total;
         ] );
     ]

@@ -304,6 +304,38 @@ let waits_by_reading () =
   Udp.close c;
   Unix.close s
 
+(* The kernel keeps a socket's receive timeout in whole clock ticks (a
+   request of 500 us is one tick: 4 ms at 250 Hz) and a read may wait up
+   to one more, so a loop waits by reading only when its next deadline is
+   at least two of the socket's ticks away. On an idle socket, each of 20
+   timers due in 1.5 ms (less than two ticks at any tick rate up to
+   1000 Hz) is waited for in the kernel, with the timer descriptor: 20
+   kernel waits; a read that waited for one would have held the loop up
+   to a tick or two past it (or, on a socket without a receive timeout,
+   until the alarm set for 10 s interrupts it). *)
+let near_deadline_waits_in_kernel () =
+  let loop = Loop.create () in
+  let c, _ = open_rx loop in
+  let n = 20 in
+  let k0 = Loop.kernel_waits loop in
+  let old = Sys.signal Sys.sigalrm (Sys.Signal_handle ignore) in
+  Fun.protect
+    ~finally:(fun () ->
+      ignore (Unix.alarm 0);
+      Sys.set_signal Sys.sigalrm old)
+    (fun () ->
+      ignore (Unix.alarm 10);
+      for _ = 1 to n do
+        let t0 = Loop.now loop in
+        let fired = ref 0 in
+        ignore (Loop.after loop (Time.of_us 1500) (fun () -> fired := Loop.now loop));
+        Loop.run loop ~until:(fun () -> !fired > 0) ~timeout:(Time.of_sec 10.);
+        Alcotest.(check bool) "fired" true (!fired > 0);
+        Alcotest.(check bool) "not early" true (!fired - t0 >= Time.of_us 1500)
+      done);
+  Alcotest.(check int) "waits in the kernel" n (Loop.kernel_waits loop - k0);
+  Udp.close c
+
 (* Spinning (Loop.set_spin) serves what comes while it polls at once, and
    delays no timer: with 300 ms of spin, a timer due in 20 ms fires then,
    and bytes another process writes 30 ms later are read then, not when
@@ -552,6 +584,48 @@ let receive_allocates_little () =
   Unix.close s;
   Fmt.pr "%.1f minor words a datagram received@." words;
   if words > 40.5 then Alcotest.failf "%.1f minor words a datagram received (at most 40)" words
+
+(* Lone datagrams, one at a time as in a round trip, are read by calls
+   that ask for one and are followed by no other call: 100 datagrams, 100
+   recvmmsg calls, at least 75 of them for one (after a lone datagram, 4
+   calls ask for one, then one asks for 4 again). Then a burst of 1000 is
+   still read in batches: at most 30 calls (a call for one that got one
+   every 5 calls at most, then 4, 8, ... 64 a call). *)
+let lone_then_burst () =
+  with_pool @@ fun pool ->
+  let loop = Loop.create () in
+  let got = ref 0 in
+  let c = open_counting ~pool loop got in
+  let s, dst = plain_sender c in
+  let send () = ignore (Unix.sendto_substring s "0123456789abcdef" 0 16 [] dst) in
+  let one () =
+    got := 0;
+    send ();
+    if not (wait loop (fun () -> !got > 0)) then Alcotest.fail "not received";
+    if !got <> 1 then Alcotest.failf "%d datagrams received" !got
+  in
+  for _ = 1 to 10 do
+    one ()
+  done;
+  let calls0 = Udp.receive_calls () and single0 = Udp.single_receive_calls () in
+  for _ = 1 to 100 do
+    one ()
+  done;
+  Alcotest.(check int) "one call a datagram" 100 (Udp.receive_calls () - calls0);
+  let single = Udp.single_receive_calls () - single0 in
+  if single < 75 then Alcotest.failf "%d of 100 calls asked for one datagram (at least 75)" single;
+  got := 0;
+  let n = 1000 in
+  for _ = 1 to n do
+    send ()
+  done;
+  let calls0 = Udp.receive_calls () in
+  if not (wait loop (fun () -> !got = n)) then Alcotest.failf "%d of %d received" !got n;
+  let calls = Udp.receive_calls () - calls0 in
+  if calls > 30 then Alcotest.failf "%d recvmmsg calls for a burst of %d" calls n;
+  Alcotest.(check int) "none dropped" 0 (Udp.query c).dropped;
+  Udp.close c;
+  Unix.close s
 
 let exchange () =
   with_pool @@ fun pool ->
@@ -1096,6 +1170,8 @@ let () =
           Alcotest.test_case "kernel timer armed once" `Quick timer_armed_once;
           Alcotest.test_case "reads before waiting" `Quick reads_before_waiting;
           Alcotest.test_case "waits by reading its one socket" `Quick waits_by_reading;
+          Alcotest.test_case "a near deadline is waited for in the kernel" `Quick
+            near_deadline_waits_in_kernel;
           Alcotest.test_case "spinning before a wait" `Quick spin_polls;
           Alcotest.test_case "descriptors closed or unwatchable" `Quick closed_without_unwatch;
           Alcotest.test_case "raising callbacks" `Quick raising_callbacks;
@@ -1112,6 +1188,7 @@ let () =
           Alcotest.test_case "batch receive of 1000" `Quick batch_receive;
           Alcotest.test_case "sends allocate little" `Quick sends_allocate_little;
           Alcotest.test_case "a datagram received allocates little" `Quick receive_allocates_little;
+          Alcotest.test_case "lone datagrams, then a burst" `Quick lone_then_burst;
           Alcotest.test_case "throughput" `Quick throughput;
           Alcotest.test_case "cast by fan-out" `Quick fan_out;
           Alcotest.test_case "kept datagrams: their slots come back" `Quick kept_slots_reused;

@@ -17,8 +17,17 @@ let layers props =
 let run_group ?(params = Params.empty) ~props ~seed ~n ~k () =
   let pool = Pool.create () in
   let got = Array.make n [] in
+  (* Deliveries whose source is not the origin their payload names. *)
+  let misnamed = ref 0 in
   let deliver i (src : Event.src) msg =
-    (match src with Event.Cast_from _ -> got.(i) <- Msg.to_string msg :: got.(i) | _ -> ());
+    (match src with
+    | Event.Cast_from o ->
+        let s = Msg.to_string msg in
+        (match String.split_on_char '.' s with
+        | o' :: _ when o' = string_of_int o -> ()
+        | _ -> incr misnamed);
+        got.(i) <- s :: got.(i)
+    | _ -> ());
     Msg.release msg
   in
   let h = H.create ~params ~net:H.faulty ~seed ~pool ~n ~layers:(layers props) ~deliver () in
@@ -36,6 +45,7 @@ let run_group ?(params = Params.empty) ~props ~seed ~n ~k () =
   let seqs = Array.map List.rev got in
   H.stop h;
   Alcotest.(check int) "no buffer leaked" 0 (Pool.leak_check pool);
+  Alcotest.(check int) "every delivery names its origin" 0 !misnamed;
   seqs
 
 let fifo seq =

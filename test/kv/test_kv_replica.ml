@@ -555,6 +555,55 @@ let group_commit () =
   if per_replica < 2 then Alcotest.failf "%d fsyncs per replica for %d writes" per_replica n;
   finish w
 
+(* Group commit and reads: a read marker applied while an fsync runs
+   writes nothing, so it is acknowledged when that fsync returns, not
+   behind the next one, which covers a put applied after the marker. The
+   fsyncs take 20 ms; a put, 5 ms later a get (its marker applied during
+   the put's fsync), 3 ms later another put: the get is answered once the
+   three replicas' fsyncs of the first put are done, before any fsync of
+   the second put ran, and reads the first put. *)
+let marker_not_behind_next_write () =
+  let w = world "gc-read" in
+  let fsyncs = ref 0 in
+  let io =
+    {
+      Consort_util.Io.real with
+      fsync =
+        (fun p fd ->
+          incr fsyncs;
+          Consort_util.Io.real.fsync p fd);
+    }
+  in
+  for i = 0 to 2 do
+    start ~io ~fsync:(sim_fsync w (Time.of_ms 20)) w i
+  done;
+  run w (s 5.);
+  Alcotest.(check (option outcome))
+    "put before" (Some (Wire.Done Op.Ok))
+    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "0")));
+  run w (s 1.);
+  let before = !fsyncs in
+  let got = Array.make 3 None and at = Array.make 3 (-1) in
+  let submit j i op =
+    R.submit (rep w i)
+      { Wire.client = Int64.of_int (10 + j); req = 1; op }
+      (fun o ->
+        got.(j) <- Some o;
+        at.(j) <- !fsyncs - before)
+  in
+  submit 0 1 (Op.Put ("k", "1"));
+  run w (Time.of_ms 5);
+  submit 1 1 (Op.Get "k");
+  run w (Time.of_ms 3);
+  submit 2 0 (Op.Put ("k", "2"));
+  run w (s 2.);
+  Alcotest.(check (option outcome)) "first put" (Some (Wire.Done Op.Ok)) got.(0);
+  Alcotest.(check (option outcome)) "get" (Some (Wire.Done (Op.Value "1"))) got.(1);
+  Alcotest.(check (option outcome)) "second put" (Some (Wire.Done Op.Ok)) got.(2);
+  Alcotest.(check int)
+    "fsyncs done when the get was answered: the first put's, at 3 replicas" 3 at.(1);
+  finish w
+
 (* Group commit when flow control refuses the acknowledgement: r2 is paused
    (not long enough to be suspected) while r0 casts, so that the casts it
    has not credited fill r0's window and queue, and the group refuses r0's
@@ -941,6 +990,8 @@ let () =
             group_fsync_fails;
           Alcotest.test_case "group commit: one fsync for the orders applied while one ran" `Quick
             group_commit;
+          Alcotest.test_case "group commit: a read marker is not acknowledged behind a later write"
+            `Quick marker_not_behind_next_write;
           Alcotest.test_case "group commit: an acknowledgement refused by flow control waits" `Quick
             ack_refused;
           Alcotest.test_case "a wiped replica has no vote until caught up" `Quick wiped_dir;

@@ -3,10 +3,11 @@
 
 module K = Consort_kv_bench.Kv_bench
 
-let m ?(failed = 0) ?(ops = 20_000) ?(p99 = 4.) system clients =
+let m ?(failed = 0) ?(ops = 20_000) ?(p99 = 4.) ?(depth = 1) system clients =
   {
     K.system;
     clients;
+    depth;
     ops;
     failed;
     seconds = 10.;
@@ -34,13 +35,17 @@ let verdict () =
 let failed_not_reported () =
   let pairs =
     [
-      (8, K.Measured (m "consort" 8), K.Measured (m ~ops:1370 ~failed:661_559 "etcd" 8));
-      (64, K.Measured (m ~ops:40_000 "consort" 64), K.Measured (m ~ops:10_000 ~p99:8. "etcd" 64));
+      ((8, 1), K.Measured (m "consort" 8), K.Measured (m ~ops:1370 ~failed:661_559 "etcd" 8));
+      ( (64, 1),
+        K.Measured (m ~ops:40_000 "consort" 64),
+        K.Measured (m ~ops:10_000 ~p99:8. "etcd" 64) );
     ]
   in
   let lines = K.report pairs in
   (* A few failures beside many operations: discarded too. *)
-  let few = K.report [ (16, K.Measured (m ~failed:2 "consort" 16), K.Measured (m "etcd" 16)) ] in
+  let few =
+    K.report [ ((16, 1), K.Measured (m ~failed:2 "consort" 16), K.Measured (m "etcd" 16)) ]
+  in
   Alcotest.(check bool) "few failures discarded" true (contains (List.hd few) "discarded: 2 failed");
   Alcotest.(check bool) "no ratio at 16" true (contains (List.nth few 2) "no ratio");
   let etcd8 = List.nth lines 1 in
@@ -63,8 +68,33 @@ let failed_not_reported () =
   Alcotest.(check bool) "no ops_per_s" true (member "ops_per_s" etcd8 = `Null);
   Alcotest.(check string) "load kept" "1.00 1.00 1.00" (member "load_average_start" j |> to_string)
 
+(* A pipelined pair has rows and a ratio of its own, named by its shape,
+   beside the unpipelined run of as many connections. *)
+let pipelined_rows () =
+  let pairs =
+    [
+      ((8, 1), K.Measured (m ~ops:20_000 "consort" 8), K.Measured (m ~ops:10_000 "etcd" 8));
+      ( (8, 8),
+        K.Measured (m ~ops:60_000 ~depth:8 "consort" 8),
+        K.Measured (m ~ops:20_000 ~depth:8 "etcd" 8) );
+    ]
+  in
+  let lines = K.report pairs in
+  let r = List.find (fun l -> contains l "8 x 8 pipelined:") lines in
+  Alcotest.(check bool) "pipelined ratio" true (contains r "consort / etcd = 3.00x");
+  let r1 = List.find (fun l -> contains l "  8 clients:") lines in
+  Alcotest.(check bool) "unpipelined ratio" true (contains r1 "consort / etcd = 2.00x");
+  let j = K.to_json ~header:[] ~load_start:"" ~load_end:"" pairs [] in
+  let open Yojson.Safe.Util in
+  Alcotest.(check (list int))
+    "depths of the ratios" [ 1; 8 ]
+    (List.map (fun r -> member "depth" r |> to_int) (j |> member "ratios" |> to_list));
+  Alcotest.(check (list int))
+    "depths of the runs" [ 1; 1; 8; 8 ]
+    (List.map (fun r -> member "depth" r |> to_int) (j |> member "runs" |> to_list))
+
 let not_measured () =
-  let lines = K.report [ (8, K.Measured (m "consort" 8), K.Not_measured "no Go toolchain") ] in
+  let lines = K.report [ ((8, 1), K.Measured (m "consort" 8), K.Not_measured "no Go toolchain") ] in
   Alcotest.(check bool) "reason" true (contains (List.nth lines 1) "not measured: no Go toolchain");
   Alcotest.(check bool) "no ratio" true (contains (List.nth lines 2) "no ratio")
 
@@ -174,6 +204,7 @@ let () =
         [
           Alcotest.test_case "verdict" `Quick verdict;
           Alcotest.test_case "failed run gives no figure or ratio" `Quick failed_not_reported;
+          Alcotest.test_case "pipelined rows and ratio" `Quick pipelined_rows;
           Alcotest.test_case "not measured" `Quick not_measured;
           Alcotest.test_case "driver's protocol" `Quick driver_protocol;
         ] );

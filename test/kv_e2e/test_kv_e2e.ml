@@ -528,6 +528,220 @@ let pipelined () =
   late ~first:1000 ~key:"big" ~size:65536 300;
   late ~slow:true ~first:2000 ~key:"small" ~size:1024 10_000
 
+(* A fake replica in a child process: [serve fd] on the first connection
+   accepted at the port returned; it exits when [serve] returns. *)
+let fake serve =
+  let sock = Unix.socket ~cloexec:true Unix.PF_INET Unix.SOCK_STREAM 0 in
+  Unix.setsockopt sock Unix.SO_REUSEADDR true;
+  Unix.bind sock (Unix.ADDR_INET (Unix.inet_addr_loopback, 0));
+  Unix.listen sock 8;
+  let port = match Unix.getsockname sock with Unix.ADDR_INET (_, p) -> p | _ -> 0 in
+  match Unix.fork () with
+  | 0 ->
+      let code =
+        try
+          let fd, _ = Unix.accept sock in
+          Unix.close sock;
+          Unix.setsockopt_float fd Unix.SO_RCVTIMEO 20.;
+          serve fd;
+          Unix.close fd;
+          0
+        with e ->
+          prerr_endline ("fake replica: " ^ Printexc.to_string e);
+          1
+      in
+      Unix._exit code
+  | pid ->
+      Unix.close sock;
+      (Printf.sprintf "127.0.0.1:%d" port, pid)
+
+let fake_exit pid =
+  match Unix.waitpid [] pid with
+  | _, Unix.WEXITED 0 -> ()
+  | _ -> Alcotest.fail "the fake replica failed (its error is above)"
+
+(* [n] requests read off [fd], in order. *)
+let read_requests fd buf n =
+  let b = Bytes.create 4096 in
+  let rec go acc k =
+    if k = 0 then List.rev acc
+    else
+      match Kv.Wire.read_frame buf with
+      | Error e -> failwith e
+      | Ok (Some f) -> go (Result.get_ok (Kv.Wire.decode_request f) :: acc) (k - 1)
+      | Ok None -> (
+          match Unix.read fd b 0 (Bytes.length b) with
+          | 0 -> failwith "the client closed the connection"
+          | m ->
+              Buffer.add_subbytes buf b 0 m;
+              go acc k)
+  in
+  go [] n
+
+let answer fd rreq outcome =
+  let s = Kv.Wire.frame_reply { Kv.Wire.rreq; outcome } in
+  ignore (Unix.write_substring fd s 0 (String.length s))
+
+(* The client's pipeline against a fake replica that waits for 8 requests
+   under way before it answers any, then answers them last first, twice:
+   each outcome goes back to its own request, in the order given, and the
+   requests under way had client ids of their own. *)
+let pipeline_matched () =
+  let addr, pid =
+    fake (fun fd ->
+        let buf = Buffer.create 4096 in
+        for _ = 1 to 2 do
+          let reqs = read_requests fd buf 8 in
+          let ids = List.sort_uniq compare (List.map (fun r -> r.Kv.Wire.client) reqs) in
+          List.iter
+            (fun (r : Kv.Wire.request) ->
+              answer fd r.req
+                (Kv.Wire.Done
+                   (match r.op with
+                   | _ when List.length ids <> 8 -> Kv.Op.Error "a client id used twice under way"
+                   | Kv.Op.Get k -> Kv.Op.Value ("of " ^ k)
+                   | _ -> Kv.Op.Ok)))
+            (List.rev reqs)
+        done)
+  in
+  let c = Result.get_ok (Kv.Client.create ~timeout:20. [ addr ]) in
+  let got = ref [] and i = ref 0 in
+  Kv.Client.pipeline ~depth:8 c (fun () ->
+      if !i = 16 then None
+      else begin
+        let k = Printf.sprintf "k%d" !i in
+        incr i;
+        Some (Kv.Client.Op (Kv.Op.Get k, fun o -> got := (k, o) :: !got))
+      end);
+  Kv.Client.close c;
+  fake_exit pid;
+  let outcome = Alcotest.testable Kv.Wire.pp_outcome ( = ) in
+  Alcotest.(check (list (pair string outcome)))
+    "each get its own answer, in order"
+    (List.init 16 (fun i ->
+         let k = Printf.sprintf "k%d" i in
+         (k, Kv.Wire.Done (Kv.Op.Value ("of " ^ k)))))
+    (List.rev !got)
+
+(* A connection lost with three commands under way, the second answered:
+   the first and third print unknown (exit 3), the second its result, the
+   fourth (no server left) an error; a bad line keeps its place. *)
+let pipeline_lost () =
+  let addr, pid =
+    fake (fun fd ->
+        let reqs = read_requests fd (Buffer.create 4096) 3 in
+        answer fd (List.nth reqs 1).Kv.Wire.req (Kv.Wire.Done Kv.Op.Ok))
+  in
+  let code, out =
+    run ~stdin:"put a 1\nput b 2\nfrob\nput c 3\nput d 4\n"
+      [ "kv"; "shell"; "--pipeline"; "4"; "--servers"; addr ]
+  in
+  fake_exit pid;
+  let lines = String.split_on_char '\n' out in
+  let starts p l = String.length l >= String.length p && String.sub l 0 (String.length p) = p in
+  (match lines with
+  | [ a; b; frob; c; d; "" ]
+    when starts "unknown: " a && b = "ok"
+         && starts "error: unknown command" frob
+         && starts "unknown: " c && starts "error: " d ->
+      ()
+  | _ -> Alcotest.failf "shell --pipeline 4 printed:\n%s" out);
+  Alcotest.(check int) "exit 3: outcomes unknown" 3 code
+
+(* Pipelined clients at three replicas: each sends, 8 at a time on one
+   connection, pairs of a put of its own key and a get of it (the get must
+   see that put: a replica orders a connection's get after the writes sent
+   before it), among puts and gets of four shared keys. The replicas may
+   order a write after a read sent before it, so the checker takes the
+   requests under way on one connection as concurrent; the history is
+   linearizable. *)
+let pipeline_order () =
+  with_cluster @@ fun dir rs peers ->
+  List.iter (start ~peers) rs;
+  wait_ready (servers rs);
+  let procs =
+    List.init 3 (fun id ->
+        let file = dir / Printf.sprintf "p%d.hist" id in
+        let servers =
+          List.map
+            (fun r -> r.listen)
+            (List.filteri (fun j _ -> j >= id) rs @ List.filteri (fun j _ -> j < id) rs)
+        in
+        match Unix.fork () with
+        | 0 ->
+            let code =
+              try
+                Sys.set_signal Sys.sigpipe Sys.Signal_ignore;
+                let oc = open_out file in
+                let c = Result.get_ok (Kv.Client.create ~timeout:20. servers) in
+                let rng = Random.State.make [| 7; id |] in
+                let n = ref 0 and wrong = ref 0 and own = Printf.sprintf "own%d" id in
+                let record op call o =
+                  let ret = now_us () in
+                  match o with
+                  | Kv.Wire.Done (Kv.Op.Error e) -> Printf.fprintf oc "#error %s\n" e
+                  | Kv.Wire.Done r -> output_string oc (op_line id call ret op (Some r) ^ "\n")
+                  | Kv.Wire.Unknown _ -> output_string oc (op_line id call (-1) op None ^ "\n")
+                  | Kv.Wire.Refused e -> Printf.fprintf oc "#refused %s\n" e
+                in
+                let pending = Queue.create () in
+                Kv.Client.pipeline ~depth:8 c (fun () ->
+                    if Queue.is_empty pending && !n < 400 then begin
+                      incr n;
+                      let v = Printf.sprintf "%d.%d" id !n in
+                      Queue.push (Kv.Op.Put (own, v)) pending;
+                      Queue.push (Kv.Op.Get own) pending;
+                      let k = keys.(Random.State.int rng (Array.length keys)) in
+                      Queue.push
+                        (if Random.State.bool rng then Kv.Op.Put (k, v) else Kv.Op.Get k)
+                        pending
+                    end;
+                    match Queue.take_opt pending with
+                    | None -> None
+                    | Some op ->
+                        let call = now_us () in
+                        (* A put sent after the get may be ordered before it: a value
+                           as new or newer. *)
+                        let expect =
+                          match op with Kv.Op.Get k when k = own -> Some !n | _ -> None
+                        in
+                        let older m x =
+                          match String.split_on_char '.' x with
+                          | [ _; j ] -> int_of_string j < m
+                          | _ -> true
+                        in
+                        Some
+                          (Kv.Client.Op
+                             ( op,
+                               fun o ->
+                                 (match (expect, o) with
+                                 | Some m, Kv.Wire.Done (Kv.Op.Value x) when older m x ->
+                                     Printf.eprintf "get %s after put %d.%d read %s\n%!" own id m x;
+                                     incr wrong
+                                 | Some _, Kv.Wire.Done Kv.Op.Not_found -> incr wrong
+                                 | _ -> ());
+                                 record op call o )));
+                close_out oc;
+                if !wrong > 0 then 1 else 0
+              with e ->
+                prerr_endline (Printexc.to_string e);
+                1
+            in
+            Unix._exit code
+        | pid -> (pid, file))
+  in
+  List.iter
+    (fun (pid, _) ->
+      match Unix.waitpid [] pid with
+      | _, Unix.WEXITED 0 -> ()
+      | _ -> Alcotest.fail "a pipelined client saw a get miss the put before it (above)")
+    procs;
+  let h = history (List.map snd procs) in
+  Alcotest.(check bool)
+    "the clients got answers" true
+    (List.length h >= 3_240 (* nine tenths of 3 x 1,200 *));
+  check_history "pipelined clients" h
+
 (* Issue 28's wiped replica, as processes: put x 1; r2 down; put x 2; r0
    and r1 down; r0's directory wiped. Without --join it is refused; with
    it, beside the stale r2, nothing is served (never x = 1) until r1 is
@@ -732,6 +946,12 @@ let () =
           Alcotest.test_case "pipelined requests on one connection, answers read late" `Quick
             pipelined;
           Alcotest.test_case "a wiped and a foreign data directory" `Quick wiped_and_foreign;
+          Alcotest.test_case "client pipeline: answers matched by request number" `Quick
+            pipeline_matched;
+          Alcotest.test_case "client pipeline: a lost connection is unknown (exit 3)" `Quick
+            pipeline_lost;
+          Alcotest.test_case "client pipeline: a get sees the put before it; linearizable" `Quick
+            pipeline_order;
           Alcotest.test_case "one replica on a full tmpfs" `Quick one_full;
           Alcotest.test_case "every replica on one full tmpfs" `Quick all_full;
         ] );

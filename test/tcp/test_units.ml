@@ -637,10 +637,136 @@ let rack_records () =
   Alcotest.(check int) "all acknowledged: nothing in flight" 0 (Tcp_rack.pipe r);
   Alcotest.(check int) "no record left" 0 (Tcp_rack.segments r)
 
+(* In a recovery, each ACK asks RACK for the next segment to send again:
+   with nothing marked lost (every hole sent again, thousands of segments
+   in flight), that question cost a walk of the whole flight per ACK. It
+   is answered in constant work, and a walk from hole to hole finds each
+   lost segment once. *)
+let rack_next_lost_work () =
+  let r = Tcp_rack.create () in
+  let mss = 1000 and n = 4096 and gap = 64 in
+  for i = 0 to n - 1 do
+    Tcp_rack.sent r ~seq:(seq (i * mss)) ~end_:(seq ((i + 1) * mss)) ~now:0
+  done;
+  let w0 = Tcp_rack.work () in
+  for _ = 1 to 1000 do
+    check_bool "nothing lost yet" true (Tcp_rack.next_lost r = None)
+  done;
+  let w = Tcp_rack.work () - w0 in
+  check_bool (Fmt.str "nothing lost: constant work (%d for 1000)" w) true (w <= 1000);
+  (* Every 64th segment lost, the others SACKed. *)
+  let hole i = i mod gap = 0 in
+  let sacked a b =
+    let i = Tcp_seq.to_int a / mss in
+    (not (hole i)) && Tcp_seq.to_int b <= (i + 1) * mss
+  in
+  for i = 0 to n - 1 do
+    if not (hole i) then
+      Tcp_rack.ack r ~una:(seq 0) ~newly:[ (seq (i * mss), seq ((i + 1) * mss)) ] ~sacked ~now:20
+  done;
+  (match Tcp_rack.detect r ~now:40 ~reo_wnd:5 with
+  | k, _ -> check_int "the holes below the last SACK are lost" (n / gap) k);
+  let w0 = Tcp_rack.work () in
+  let found = ref 0 in
+  let rec resend () =
+    match Tcp_rack.next_lost r with
+    | None -> ()
+    | Some (s, len) ->
+        check_int "each hole in order" (!found * gap * mss) (Tcp_seq.to_int s);
+        incr found;
+        Tcp_rack.sent r ~seq:s ~end_:(Tcp_seq.add s len) ~now:50;
+        resend ()
+  in
+  resend ();
+  check_int "every hole sent again" (n / gap) !found;
+  for _ = 1 to 1000 do
+    check_bool "all sent again" true (Tcp_rack.next_lost r = None)
+  done;
+  let w = Tcp_rack.work () - w0 in
+  check_bool
+    (Fmt.str "a walk from hole to hole, then constant work (%d)" w)
+    true
+    (w <= (4 * n / gap) + 1000 + 64)
+
+(* RACK's next lost segment against a model: after every step of a random
+   run (new segments, segments sent again whole or in part, SACKs,
+   cumulative ACKs, detection, a timeout marking everything lost, a
+   spurious timeout undone), it is the lowest segment [is_lost] says is
+   lost, across sequence-number wrap. *)
+let rack_next_lost_model =
+  qtest ~count:300 ~seed:34 "RACK's next lost segment is the lowest one marked lost"
+    QCheck.(
+      pair (int_bound 0xFFFF_FFFF)
+        (list_of_size (Gen.int_range 1 120)
+           (triple (int_bound 9) (int_bound 5000) (int_bound 5000))))
+    (fun (base, ops) ->
+      let r = Tcp_rack.create () in
+      let at o = Tcp_seq.add (seq base) o in
+      let una = ref 0 and top = ref 0 and now = ref 0 in
+      let edges = ref [ 0 ] and blocks = ref [] in
+      let sacked a b =
+        List.exists (fun (l, h) -> Tcp_seq.leq (at l) a && Tcp_seq.leq b (at h)) !blocks
+      in
+      let step (op, a, b) =
+        incr now;
+        match op with
+        | 0 | 1 | 2 ->
+            let len = 1 + (a mod 1500) in
+            Tcp_rack.sent r ~seq:(at !top) ~end_:(at (!top + len)) ~now:!now;
+            top := !top + len;
+            edges := !top :: !edges
+        | 3 -> (
+            match Tcp_rack.next_lost r with
+            | Some (s, len) -> Tcp_rack.sent r ~seq:s ~end_:(Tcp_seq.add s len) ~now:!now
+            | None ->
+                if !top > !una then begin
+                  let x = !una + (a mod (!top - !una)) in
+                  let y = min !top (x + 1 + b) in
+                  Tcp_rack.sent r ~seq:(at x) ~end_:(at y) ~now:!now;
+                  edges := x :: y :: !edges
+                end)
+        | 4 | 5 ->
+            if !top > !una then begin
+              let x = !una + (a mod (!top - !una)) in
+              let y = min !top (x + 1 + b) in
+              blocks := (x, y) :: !blocks;
+              Tcp_rack.ack r ~una:(at !una) ~newly:[ (at x, at y) ] ~sacked ~now:!now
+            end
+        | 6 ->
+            if !top > !una then begin
+              una := !una + (a mod (!top - !una + 1));
+              edges := !una :: !edges;
+              Tcp_rack.ack r ~una:(at !una) ~newly:[] ~sacked ~now:!now
+            end
+        | 7 -> ignore (Tcp_rack.detect r ~now:!now ~reo_wnd:(b mod 5) : int * Consort.Time.t option)
+        | 8 -> if a mod 4 = 0 then Tcp_rack.mark_all_lost r
+        | _ -> if a mod 2 = 0 then Tcp_rack.unmark_lost r
+      in
+      List.for_all
+        (fun op ->
+          step op;
+          let expected =
+            List.sort_uniq compare !edges
+            |> List.find_opt (fun o -> o >= !una && o < !top && Tcp_rack.is_lost r (at o))
+          in
+          let got = Option.map (fun (s, _) -> Tcp_seq.sub s (seq base)) (Tcp_rack.next_lost r) in
+          if got <> expected then
+            let o, a, b = op in
+            QCheck.Test.fail_reportf "after (%d, %d, %d): next lost %a, the lowest lost %a" o a b
+              Fmt.(option ~none:(any "none") int)
+              got
+              Fmt.(option ~none:(any "none") int)
+              expected
+          else true)
+        ops)
+
 let tests =
   [
     Alcotest.test_case "SACK: what a report newly covers" `Quick sack_newly;
     Alcotest.test_case "RACK records: bytes in flight, splits, work per ACK" `Quick rack_records;
+    Alcotest.test_case "RACK: the next lost segment in constant work when there is none" `Quick
+      rack_next_lost_work;
+    rack_next_lost_model;
     Alcotest.test_case "RACK's reordering window: grows once a round trip, decays" `Quick
       rack_reo_wnd;
     Alcotest.test_case "sequence numbers wrap" `Quick seq_wrap;

@@ -151,51 +151,68 @@ func (c *kvClient) once(frame []byte, req uint64, deadline time.Time) attempt {
 		if body[0] != kvVersion {
 			return attempt{failure: fmt.Errorf("protocol version %d, this client speaks %d", body[0], kvVersion)}
 		}
-		r := &kvReader{b: body[1:]}
-		rreq := r.uvarint()
-		if r.err != nil {
-			return attempt{failure: r.err}
+		rreq, a, err := decodeReply(body)
+		if err != nil {
+			return attempt{failure: err}
 		}
 		if rreq != req {
 			continue // a late reply to an earlier request
 		}
-		switch r.byte() {
-		case 0: // done
-			switch tag := r.byte(); tag {
-			case 0, 2: // ok, not-found
-				return attempt{done: true}
-			case 1: // value
-				r.string()
-				if r.err != nil {
-					return attempt{failure: r.err}
-				}
-				return attempt{done: true}
-			case 4:
-				return attempt{done: true, failure: fmt.Errorf("error: %s", r.string())}
-			default:
-				return attempt{done: true, failure: fmt.Errorf("response %d", tag)}
-			}
-		case 1:
-			return attempt{failure: fmt.Errorf("unknown: %s", r.string())}
-		case 2:
-			return attempt{failure: fmt.Errorf("refused: %s", r.string())}
-		default:
-			return attempt{failure: errors.New("bad outcome in reply")}
-		}
+		return a
 	}
+}
+
+// decodeReply: a reply frame's body (version included): its request number
+// and outcome.
+func decodeReply(body []byte) (uint64, attempt, error) {
+	if body[0] != kvVersion {
+		return 0, attempt{}, fmt.Errorf("protocol version %d, this client speaks %d", body[0], kvVersion)
+	}
+	r := &kvReader{b: body[1:]}
+	rreq := r.uvarint()
+	if r.err != nil {
+		return 0, attempt{}, r.err
+	}
+	switch r.byte() {
+	case 0: // done
+		switch tag := r.byte(); tag {
+		case 0, 2: // ok, not-found
+			return rreq, attempt{done: true}, nil
+		case 1: // value
+			r.string()
+			if r.err != nil {
+				return 0, attempt{}, r.err
+			}
+			return rreq, attempt{done: true}, nil
+		case 4:
+			return rreq, attempt{done: true, failure: fmt.Errorf("error: %s", r.string())}, nil
+		default:
+			return rreq, attempt{done: true, failure: fmt.Errorf("response %d", tag)}, nil
+		}
+	case 1:
+		return rreq, attempt{failure: fmt.Errorf("unknown: %s", r.string())}, nil
+	case 2:
+		return rreq, attempt{failure: fmt.Errorf("refused: %s", r.string())}, nil
+	}
+	return 0, attempt{}, errors.New("bad outcome in reply")
+}
+
+// requestFrame: the frame of request [req] of client [id].
+func requestFrame(id, req uint64, op []byte) []byte {
+	body := make([]byte, 0, 16+len(op))
+	body = append(body, kvVersion)
+	body = binary.BigEndian.AppendUint64(body, id)
+	body = putUvarint(body, req)
+	body = append(body, op...)
+	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
+	return append(frame, body...)
 }
 
 // call performs one operation: nil once a replica answered it.
 func (c *kvClient) call(op []byte, timeout time.Duration) error {
 	c.req++
 	req := c.req
-	body := make([]byte, 0, 16+len(op))
-	body = append(body, kvVersion)
-	body = binary.BigEndian.AppendUint64(body, c.id)
-	body = putUvarint(body, req)
-	body = append(body, op...)
-	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
-	frame = append(frame, body...)
+	frame := requestFrame(c.id, req, op)
 	deadline := time.Now().Add(timeout)
 	last := errors.New("timeout")
 	for tries := 0; ; tries++ {

@@ -3,7 +3,7 @@
 // one workload, for `consort bench kv` (bench/kv/kv_bench.ml), which builds
 // it and reads the one JSON line each command prints.
 //
-//	kvload run --system etcd|consort --endpoints A,B,C --clients N --seconds S --warmup W
+//	kvload run --system etcd|consort --endpoints A,B,C --clients N [--depth D] --seconds S --warmup W
 //	kvload probe --system etcd|consort --endpoint A
 //	kvload leader --endpoints A,B,C
 //	kvload failover --system etcd|consort --endpoints A,B --kill-pid P --after 2s
@@ -105,6 +105,7 @@ func key(i, c, keys int) string {
 type runResult struct {
 	System     string  `json:"system"`
 	Clients    int     `json:"clients"`
+	Depth      int     `json:"depth"`
 	Seconds    float64 `json:"seconds"`
 	Warmup     float64 `json:"warmup"`
 	Ops        int     `json:"ops"`
@@ -130,20 +131,46 @@ func percentile(sorted []int64, q float64) float64 {
 // A failed operation, in the warm-up or not, counts as failed (the caller
 // discards a run with any) and is not retried: the client goes on with the
 // next operation after 10 ms.
-func run(system string, endpoints []string, clients int, seconds, warmup time.Duration, valueSize, keys int, timeout time.Duration) runResult {
-	res := runResult{System: system, Clients: clients, Seconds: seconds.Seconds(), Warmup: warmup.Seconds()}
-	cls := make([]client, clients)
-	for c := range cls {
+//
+// depth > 1: [clients] connections, each shared by [depth] goroutines with
+// one operation under way each (etcd: one clientv3 client, safe for
+// concurrent use, its requests multiplexed on its gRPC connection; Consort:
+// a pipelined connection, pipe.go); goroutine g of connection c runs the
+// operations of client c * depth + g.
+func run(system string, endpoints []string, clients, depth int, seconds, warmup time.Duration, valueSize, keys int, timeout time.Duration) runResult {
+	res := runResult{System: system, Clients: clients, Depth: depth, Seconds: seconds.Seconds(), Warmup: warmup.Seconds()}
+	conns := make([]client, 0, clients)
+	cls := make([]client, 0, clients*depth)
+	closeAll := func() {
+		for _, x := range conns {
+			x.close()
+		}
+	}
+	for c := 0; c < clients; c++ {
+		if depth > 1 && system == "consort" {
+			n := len(endpoints)
+			l := make([]string, n)
+			for i := range l {
+				l[i] = endpoints[(c+i)%n]
+			}
+			p := newKvPipe(l)
+			conns = append(conns, &pipeClient{p: p})
+			for g := 0; g < depth; g++ {
+				cls = append(cls, &pipeClient{p: p, id: randomID()})
+			}
+			continue
+		}
 		cl, err := connect(system, endpoints, c)
 		if err != nil {
 			res.Failed = 1
 			res.FirstError = fmt.Sprintf("client %d: connect: %v", c, err)
-			for _, x := range cls[:c] {
-				x.close()
-			}
+			closeAll()
 			return res
 		}
-		cls[c] = cl
+		conns = append(conns, cl)
+		for g := 0; g < depth; g++ {
+			cls = append(cls, cl)
+		}
 	}
 	value := strings.Repeat("v", valueSize)
 	start := time.Now()
@@ -192,9 +219,7 @@ func run(system string, endpoints []string, clients int, seconds, warmup time.Du
 		}(c, cl)
 	}
 	wg.Wait()
-	for _, cl := range cls {
-		cl.close()
-	}
+	closeAll()
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	res.Ops = len(all)
 	res.P50 = percentile(all, 0.5)
@@ -325,7 +350,8 @@ func main() {
 	system := fs.String("system", "etcd", "etcd or consort")
 	endpoints := fs.String("endpoints", "", "host:port,... of the members")
 	endpoint := fs.String("endpoint", "", "probe: host:port of one member")
-	clients := fs.Int("clients", 8, "run: client goroutines, a connection each")
+	clients := fs.Int("clients", 8, "run: client connections")
+	depth := fs.Int("depth", 1, "run: goroutines per connection, one operation under way each (at most 32)")
 	seconds := fs.Duration("seconds", 10*time.Second, "run: measured time")
 	warmup := fs.Duration("warmup", 2*time.Second, "run: warm-up before it")
 	valueSize := fs.Int("value-size", 100, "run: bytes of a value")
@@ -339,7 +365,11 @@ func main() {
 	out := json.NewEncoder(os.Stdout)
 	switch os.Args[1] {
 	case "run":
-		out.Encode(run(*system, eps, *clients, *seconds, *warmup, *valueSize, *keys, *timeout))
+		if *depth < 1 || *depth > 32 {
+			fmt.Fprintln(os.Stderr, "kvload: --depth: from 1 to 32")
+			os.Exit(2)
+		}
+		out.Encode(run(*system, eps, *clients, *depth, *seconds, *warmup, *valueSize, *keys, *timeout))
 	case "probe":
 		if err := probe(*system, *endpoint); err != nil {
 			fmt.Println(strings.ReplaceAll(err.Error(), "\n", " "))
