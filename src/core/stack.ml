@@ -492,10 +492,18 @@ let run t f =
       leave t.cast;
       raise e
 
+(* As [run], without a closure per cast: every cast Mflow queued comes
+   this way. *)
 let go_below t frame i msg =
   t.reentered <- t.reentered + 1;
   let l = t.cast in
-  run t (fun () -> fused_dn l frame (order l).next_dn.(i) Event.Cast msg (mlen l msg))
+  match fused_dn l frame (order l).next_dn.(i) Event.Cast msg (mlen l msg) with
+  | () ->
+      leave l;
+      true
+  | exception e ->
+      leave l;
+      raise e
 
 (* Where a layer above has fields (Total's place), each header above [i]
    is read into [frame] from a copy of the pushed bytes: the bytes read,
@@ -539,12 +547,13 @@ let take_above t i msg go =
     end
     else go frame (Msg.pull_pushed used msg)
 
-(* [reenter_dn t i m]: the cast [m], which layer [i] sends down on its
-   layered path with the layered headers of the layers above it in front,
-   goes on by the fused path below [i] if it can, and then is true. *)
-let reenter_dn t i msg =
+(* [reenter_dn t i below m]: the cast [m], which layer [i] sends down on
+   its layered path with the layered headers of the layers above it in
+   front, goes on by the fused path below [i] if it can, and then is true.
+   [below] is [go_below t] at [i], made once per layer. *)
+let reenter_dn t i below msg =
   t.cast.on && t.reentry.(i) && (not t.below_refused)
-  && (take_above t i msg (fun frame msg -> go_below t frame i msg)
+  && (take_above t i msg below
      ||
      (t.reentry_refused <- t.reentry_refused + 1;
       t.refused <- true;
@@ -817,7 +826,8 @@ let instantiate_fast (type s h) ctx t i ~cl ~sl layer
   let reenter =
     if c.nfields = 0 && i > 0 then begin
       let k = c.expand [||] 0 in
-      fun dst h msg -> dst == Event.Cast && same_header h k && reenter_dn t i msg
+      let below frame msg = go_below t frame i msg in
+      fun dst h msg -> dst == Event.Cast && same_header h k && reenter_dn t i below msg
     end
     else no_reenter
   in
@@ -1111,6 +1121,8 @@ let states t =
        (Array.map
           (fun n -> (n.lname, match n.fast with Some f -> f.state () | None -> ""))
           t.nodes))
+
+let frames_in_use t = t.cast.depth + t.send.depth
 
 let fused_counters t =
   let left which a =

@@ -111,6 +111,10 @@ val fused_counters : t -> (string * int) list
     path), ["sends_sent"], ["sends_received"], ["sends_delivered"], and
     ["layered from NAME send down"] / ["layered from NAME send up"]. *)
 
+val frames_in_use : t -> int
+(** Messages under way in the bypass now, casts and sends (frames of fields entered and not yet
+    left): 0 whenever no call into the stack is running. *)
+
 val expand : t -> Msg.t -> (Msg.t, Codec.error) result
 (** [expand t msg] is a compressed cast or send made layered (every layer's header made from its
     fields), a datagram the layered path would have sent; any other datagram unchanged. *)

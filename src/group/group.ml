@@ -196,7 +196,7 @@ module Make (T : Transport.S) = struct
     | Some f, None, Some c, (Event.Cast_from r | Event.Send_from r) when is_current t c ->
         let kind = match src with Event.Send_from _ -> `Send | _ -> `Cast in
         let origin = (V.members c).(r) in
-        Group_deliver.bytes ~pool:t.pool ~counts:t.counts msg (f kind ~origin)
+        Group_deliver.bytes ~pool:t.pool ~counts:t.counts msg f kind ~origin
     | _ -> deliver_string t cell src msg
 
   and deliver_string t cell src msg =

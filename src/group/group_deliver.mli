@@ -2,11 +2,17 @@
     ([Group.join ~on_bytes]). *)
 
 val bytes :
-  pool:Consort.Pool.t -> counts:Group_counters.t -> Consort.Msg.t -> (Cstruct.t -> unit) -> unit
-(** [bytes ~pool ~counts msg k]: [k] gets [msg]'s body as a view of the received datagram when it is
-    in one piece (or empty), else flattened once into a slice of [pool] (counted in [counts]'s
-    copies), released after [k] returns or raises; [msg] is released after. The view is valid only
-    during [k]. *)
+  pool:Consort.Pool.t ->
+  counts:Group_counters.t ->
+  Consort.Msg.t ->
+  ('k -> origin:string -> Cstruct.t -> unit) ->
+  'k ->
+  origin:string ->
+  unit
+(** [bytes ~pool ~counts msg f kind ~origin]: [f kind ~origin] gets [msg]'s body as a view of the
+    received datagram when it is in one piece (or empty), else flattened once into a slice of [pool]
+    (counted in [counts]'s copies), released after [f] returns or raises; [msg] is released after.
+    The view is valid only during [f]. *)
 
 val string :
   counts:Group_counters.t ->

@@ -182,20 +182,24 @@ module L = struct
     if ask then t.asked <- t.sent;
     t.out.dn Event.Cast (Data { ask }) msg
 
+  (* [Queue.peek], not [peek_opt]: no option per cast let go. *)
   let drain t =
     let rec go () =
-      match Queue.peek_opt t.queue with
-      | Some (msg, c) when fits t c && not t.stopped ->
+      if (not (Queue.is_empty t.queue)) && not t.stopped then begin
+        let msg, c = Queue.peek t.queue in
+        if fits t c then begin
           ignore (Queue.pop t.queue);
           t.queued <- t.queued - c;
           let ask =
-            match Queue.peek_opt t.queue with
-            | Some (_, next) -> outstanding t + c + next > t.window && t.asked <= t.floor
-            | None -> false
+            (not (Queue.is_empty t.queue))
+            &&
+            let _, next = Queue.peek t.queue in
+            outstanding t + c + next > t.window && t.asked <= t.floor
           in
           transmit t msg c ~ask;
           go ()
-      | _ -> ()
+        end
+      end
     in
     go ();
     if t.over && t.queued <= t.low then t.over <- false;

@@ -1163,7 +1163,12 @@ let test_runtime_queued (layers, params) () =
       Alcotest.(check bool)
         (Printf.sprintf "m%d: casts delivered by the bypass" i)
         true
-        (List.assoc "delivered" (counters g) >= n - layered))
+        (List.assoc "delivered" (counters g) >= n - layered);
+      (* Every walk, re-entries included, left the frame it entered. *)
+      match GS.stack g with
+      | Some st ->
+          Alcotest.(check int) (Printf.sprintf "m%d: no frame in use" i) 0 (Stack.frames_in_use st)
+      | None -> Alcotest.fail "no stack")
     members
 
 (* Under loss, a receiver holds the casts that follow a gap (Mnak), and
