@@ -510,12 +510,10 @@ let group_fsync_fails () =
   | None -> Alcotest.fail "r1 did not stop");
   finish w
 
-(* Group commit: one fsync of a replica's log for all the orders it applied
-   while the previous one ran. Requests come one every millisecond for 60
-   ms, each in an order of its own; the fsync takes 10 ms: about one fsync
-   per ten orders, and every request answered. *)
-let group_commit () =
-  let w = world "gc" in
+(* Three replicas whose fsyncs take [fsync_ms] of simulated time, counted in
+   the returned reference, after one put has gone through. *)
+let counted_fsync_world name fsync_ms =
+  let w = world name in
   let fsyncs = ref 0 in
   let io =
     {
@@ -527,13 +525,21 @@ let group_commit () =
     }
   in
   for i = 0 to 2 do
-    start ~io ~fsync:(sim_fsync w (Time.of_ms 10)) w i
+    start ~io ~fsync:(sim_fsync w (Time.of_ms fsync_ms)) w i
   done;
   run w (s 5.);
   Alcotest.(check (option outcome))
     "put before" (Some (Wire.Done Op.Ok))
     (call w 0 ~client:1L ~req:1 (Op.Put ("k", "0")));
   run w (s 1.);
+  (w, fsyncs)
+
+(* Group commit: one fsync of a replica's log for all the orders it applied
+   while the previous one ran. Requests come one every millisecond for 60
+   ms, each in an order of its own; the fsync takes 10 ms: about one fsync
+   per ten orders, and every request answered. *)
+let group_commit () =
+  let w, fsyncs = counted_fsync_world "gc" 10 in
   let before = !fsyncs in
   let n = 60 in
   let got = Array.make n None in
@@ -563,25 +569,7 @@ let group_commit () =
    three replicas' fsyncs of the first put are done, before any fsync of
    the second put ran, and reads the first put. *)
 let marker_not_behind_next_write () =
-  let w = world "gc-read" in
-  let fsyncs = ref 0 in
-  let io =
-    {
-      Consort_util.Io.real with
-      fsync =
-        (fun p fd ->
-          incr fsyncs;
-          Consort_util.Io.real.fsync p fd);
-    }
-  in
-  for i = 0 to 2 do
-    start ~io ~fsync:(sim_fsync w (Time.of_ms 20)) w i
-  done;
-  run w (s 5.);
-  Alcotest.(check (option outcome))
-    "put before" (Some (Wire.Done Op.Ok))
-    (call w 0 ~client:1L ~req:1 (Op.Put ("k", "0")));
-  run w (s 1.);
+  let w, fsyncs = counted_fsync_world "gc-read" 20 in
   let before = !fsyncs in
   let got = Array.make 3 None and at = Array.make 3 (-1) in
   let submit j i op =
